@@ -1,0 +1,1 @@
+"""The researcher: evaluation, version store, ledger, proposers and the improvement loop."""

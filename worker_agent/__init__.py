@@ -1,0 +1,1 @@
+"""The worker agent: agent spec, knowledge graphs, tools, LLM providers, strategies."""

@@ -1,0 +1,1 @@
+"""Data bundled with the worker agent (the demo dataset under demo/)."""

@@ -1,0 +1,934 @@
+"""The agent spec: everything the researcher may change about the worker agent, in one directory.
+
+A spec is a directory (or the same files at a git revision)::
+
+    agent.yaml        AgentConfig: strategy, model, knobs, tools (unknown fields rejected)
+    rules.yaml        list of Rule: id, text shown to the model, enabled, optional enforcement
+    prompts/*.j2      Jinja2 templates rendered with StrictUndefined in a sandbox
+    hooks.py          optional wiring code, run restricted (see "Hooks" below)
+
+Loading validates everything up front, so a candidate that loads is one the strategies can run;
+:func:`validate_spec_files` is the same check used as a gate before a version is committed.
+Every :class:`SpecError` names the file (and the field or line) in one line.
+
+Rule enforcements are deterministic rewrites of the final query, applied by
+:meth:`AgentSpec.enforce` for enabled rules that name one. They work on SPARQL tokens, so IRIs,
+string literals and comments are never rewritten.
+
+Hooks are small functions the strategies call (``format_tool_result``, ``postprocess_query``).
+They are checked against an AST allow-list and executed with a whitelist of builtins and a few
+pure modules. This guards against accidental side effects and the usual escapes (dunder
+attributes, frame objects, format-string attribute lookup); it is not a hardened sandbox, and
+hooks remain reviewed code in git.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib
+import re
+import traceback
+import types
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import yaml
+from jinja2 import FunctionLoader, StrictUndefined, Template, TemplateError, TemplateSyntaxError, meta
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from worker_agent.kg import add_missing_prefixes
+
+__all__ = [
+    "SpecError",
+    "HookError",
+    "Rule",
+    "SurfaceFormsConfig",
+    "OntologyToolConfig",
+    "TestSparqlConfig",
+    "ToolsConfig",
+    "AgentConfig",
+    "AgentSpec",
+    "ENFORCEMENTS",
+    "PROMPT_VARIABLES",
+    "SPEC_PROVIDED_VARIABLES",
+    "HOOK_SIGNATURES",
+    "enforce_select_distinct",
+    "enforce_alias_aggregates",
+    "enforce_add_prefixes",
+    "validate_spec_files",
+    "seed_spec_path",
+]
+
+AGENT_FILE = "agent.yaml"
+RULES_FILE = "rules.yaml"
+HOOKS_FILE = "hooks.py"
+_PROMPT_PATH = re.compile(r"^prompts/([A-Za-z0-9][A-Za-z0-9_\-]*)\.j2$")
+_ALLOWED_PATHS_TEXT = "agent.yaml, rules.yaml, prompts/<name>.j2, hooks.py"
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------
+
+
+def _one_line(text: str, limit: int = 600) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class SpecError(Exception):
+    """An invalid spec. ``str(e)`` is one line: ``<file>[:<line>]: [<field>: ]<problem>``."""
+
+    def __init__(self, file: str, message: str, *, field: str | None = None, line: int | None = None):
+        self.file = file
+        self.field = field
+        self.line = line
+        location = f"{file}:{line}" if line else file
+        text = f"{location}: {field}: {message}" if field else f"{location}: {message}"
+        super().__init__(_one_line(text))
+
+
+class HookError(Exception):
+    """A hook raised or returned the wrong type at call time (strategies report ``tool_error``)."""
+
+    def __init__(self, message: str):
+        super().__init__(_one_line(message))
+
+
+# --------------------------------------------------------------------------------------------
+# agent.yaml and rules.yaml models
+# --------------------------------------------------------------------------------------------
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# A label predicate is a full IRI or a prefixed name the tools module can expand.
+_PREDICATE_NAME = re.compile(r"^[^\s<>\"{}|^`\\]+:[^\s<>\"{}|^`\\]*$")
+
+
+class SurfaceFormsConfig(_Config):
+    """Entity/class/property lookup by name (labels and IRI local names)."""
+
+    enabled: bool = Field(True, description="Offer the surface-form lookup tool.")
+    k: int = Field(10, ge=1, le=100, description="Candidates returned per lookup.")
+    fuzzy_threshold: int = Field(
+        85, ge=0, le=100, description="Minimum rapidfuzz similarity (0-100) for a fuzzy label match."
+    )
+    label_predicates: list[str] = Field(
+        default_factory=list,
+        description="Extra label predicates (full IRIs or prefixed names) searched beyond "
+        "rdfs:label, skos:prefLabel/altLabel, foaf:name and schema:name.",
+    )
+
+    @field_validator("label_predicates")
+    @classmethod
+    def _predicates_are_names(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not _PREDICATE_NAME.match(item):
+                raise ValueError(f"{item!r} is not an IRI or prefixed name (write it without <>)")
+        return value
+
+
+class OntologyToolConfig(_Config):
+    """Schema lookup: what a class or property is and how it connects."""
+
+    enabled: bool = Field(True, description="Offer the ontology lookup tool.")
+    group_namespaces: bool = Field(
+        False, description="Group a class's properties by namespace (e.g. dbo: apart from dbp:)."
+    )
+    examples: int = Field(3, ge=0, le=50, description="Example triples shown per class or property.")
+
+
+class TestSparqlConfig(_Config):
+    """Running a draft query against the KG and previewing its result."""
+
+    enabled: bool = Field(True, description="Offer the test-SPARQL tool.")
+    timeout_s: float = Field(10.0, gt=0, le=600, description="Time limit per test query, in seconds.")
+    preview_rows: int = Field(10, ge=1, le=1000, description="Result rows shown in a preview.")
+
+
+class ToolsConfig(_Config):
+    """The tools the worker may use and their knobs."""
+
+    surface_forms: SurfaceFormsConfig = Field(
+        default_factory=lambda: SurfaceFormsConfig(), description="Surface-form (label) lookup tool."
+    )
+    ontology: OntologyToolConfig = Field(
+        default_factory=lambda: OntologyToolConfig(), description="Ontology (schema) lookup tool."
+    )
+    test_sparql: TestSparqlConfig = Field(
+        default_factory=lambda: TestSparqlConfig(), description="Test-SPARQL tool."
+    )
+
+
+StrategyName = Literal["offline", "llm_agent"]
+RetrievalName = Literal["tfidf", "fuzzy", "embeddings"]
+
+
+class AgentConfig(_Config):
+    """agent.yaml: which strategy runs, with which model, knobs and tools."""
+
+    name: str = Field(min_length=1, description="Human name of the spec (shown in reports).")
+    strategy: StrategyName = Field(
+        description="How a question becomes a query: 'offline' (deterministic, no LLM) or "
+        "'llm_agent' (tool-calling LLM loop)."
+    )
+    # Kept as a plain mapping: worker_agent/llm.py validates it (ModelConfig) when the model is
+    # built, so the spec does not depend on provider details and offline specs can keep one.
+    model: dict[str, Any] | None = Field(
+        None, description="Model settings for llm_agent (provider, name, ...), validated by worker_agent.llm."
+    )
+    few_shot: int = Field(
+        1, ge=0, le=50,
+        description="Training examples retrieved per question (LLM: shown in the prompt; "
+        "offline: candidate templates tried).",
+    )
+    max_iterations: int = Field(8, ge=1, le=100, description="Tool-calling turns allowed to llm_agent.")
+    retrieval: RetrievalName = Field(
+        "tfidf", description="How similar training questions are retrieved: tfidf, fuzzy or embeddings."
+    )
+    tools: ToolsConfig = Field(default_factory=lambda: ToolsConfig(), description="Tool settings.")
+    answer_timeout_s: float = Field(60.0, gt=0, le=3600, description="Time limit per question, in seconds.")
+
+    @model_validator(mode="after")
+    def _llm_needs_model(self) -> AgentConfig:
+        if self.strategy == "llm_agent" and not self.model:
+            raise ValueError("model: required when strategy is llm_agent")
+        return self
+
+
+Enforcement = Literal["alias_aggregates", "select_distinct", "add_prefixes"]
+
+
+class Rule(BaseModel):
+    """One rule of rules.yaml. Strategies refer to rules by id."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Stable identifier (snake_case).")
+    text: str = Field(min_length=1, description="Instruction shown to the model when enabled.")
+    enabled: bool = Field(description="Whether the rule is in force.")
+    enforce: Enforcement | None = Field(
+        None, description="Deterministic rewrite applied to the final query when enabled."
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# YAML with errors that name the line, and duplicate keys rejected
+# --------------------------------------------------------------------------------------------
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate mapping keys (PyYAML silently keeps the last one)."""
+
+
+def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:  # unhashable key: let the default constructor report it
+            continue
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
+)
+
+
+def _parse_yaml(text: str, label: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(label, f"invalid YAML: {problem}", line=mark.line + 1 if mark else None) from None
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _validation_error(label: str, exc: ValidationError, prefix: str = "") -> SpecError:
+    errors = exc.errors()
+    first = errors[0]
+    message = first["msg"].removeprefix("Value error, ")
+    field = _loc(first["loc"])
+    if prefix:
+        field = f"{prefix}.{field}" if field else prefix
+    if len(errors) > 1:
+        others = ", ".join(_loc(e["loc"]) or "(root)" for e in errors[1:4])
+        message += f" (and {len(errors) - 1} more: {others})"
+    return SpecError(label, message, field=field or None)
+
+
+def _parse_config(text: str, label: str) -> AgentConfig:
+    data = _parse_yaml(text, label)
+    if not isinstance(data, dict):
+        raise SpecError(label, f"expected a mapping of fields, got {type(data).__name__}")
+    try:
+        return AgentConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(label, exc) from None
+
+
+def _parse_rules(text: str, label: str) -> list[Rule]:
+    data = _parse_yaml(text, label)
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise SpecError(label, f"expected a list of rules, got {type(data).__name__}")
+    rules: list[Rule] = []
+    seen: set[str] = set()
+    for index, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise SpecError(label, f"expected a mapping, got {type(item).__name__}", field=f"[{index}]")
+        raw_id = item.get("id")
+        name = raw_id if isinstance(raw_id, str) else f"[{index}]"
+        try:
+            rule = Rule.model_validate(item)
+        except ValidationError as exc:
+            raise _validation_error(label, exc, prefix=name) from None
+        if rule.id in seen:
+            raise SpecError(label, f"duplicate rule id {rule.id!r}", field=f"[{index}].id")
+        seen.add(rule.id)
+        rules.append(rule)
+    return rules
+
+
+# --------------------------------------------------------------------------------------------
+# Prompts
+# --------------------------------------------------------------------------------------------
+
+#: Variables each known prompt receives from the strategy (the strategy passes all of them).
+PROMPT_VARIABLES: dict[str, frozenset[str]] = {
+    "system": frozenset({"tools"}),
+    "question": frozenset({"question", "lang", "examples", "dataset_name", "default_namespace", "prefixes"}),
+    "repair": frozenset({"question", "sparql", "problem", "preview"}),
+}
+#: Variables every prompt receives from the spec itself: enabled rules and the AgentConfig.
+SPEC_PROVIDED_VARIABLES = frozenset({"rules", "config"})
+#: Prompts a strategy cannot run without.
+REQUIRED_PROMPTS: dict[str, tuple[str, ...]] = {
+    "offline": (),
+    "llm_agent": ("system", "question", "repair"),
+}
+
+
+def _traceback_line(tb: types.TracebackType | None, filename: str) -> int | None:
+    """Line of the innermost frame executing ``filename`` (a template or hooks.py)."""
+    line = None
+    for frame, lineno in traceback.walk_tb(tb):
+        if frame.f_code.co_filename == filename:
+            line = lineno
+    return line
+
+
+class _Prompts:
+    """Compiled templates of one spec; templates may include each other by file name."""
+
+    def __init__(self, sources: Mapping[str, str], label: Callable[[str], str]):
+        self._label = label
+        self._sources = dict(sources)
+        self._env = ImmutableSandboxedEnvironment(
+            loader=FunctionLoader(self._load),
+            undefined=StrictUndefined,
+            autoescape=False,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=False,
+        )
+        self.templates: dict[str, Template] = {}
+        self.variables: dict[str, frozenset[str]] = {}
+        for name, source in sorted(self._sources.items()):
+            path = self._label(f"prompts/{name}.j2")
+            try:
+                self.variables[name] = frozenset(meta.find_undeclared_variables(self._env.parse(source)))
+                self.templates[name] = self._env.get_template(f"{name}.j2")
+            except TemplateSyntaxError as exc:
+                raise SpecError(path, f"template syntax error: {exc.message}", line=exc.lineno) from None
+
+    def _load(self, template_name: str) -> tuple[str, str, Callable[[], bool]] | None:
+        name = template_name.removesuffix(".j2")
+        if name not in self._sources:
+            return None
+        # The label as file name makes Jinja's tracebacks point at the spec file and line.
+        return self._sources[name], self._label(f"prompts/{name}.j2"), lambda: True
+
+    def render(self, name: str, context: dict[str, Any]) -> str:
+        path = self._label(f"prompts/{name}.j2")
+        missing = self.variables[name] - context.keys()
+        if missing:
+            raise SpecError(path, f"missing variables: {', '.join(sorted(missing))}")
+        try:
+            return self.templates[name].render(context)
+        except TemplateError as exc:
+            line = _traceback_line(exc.__traceback__, path)
+            raise SpecError(path, f"render failed: {exc.message or exc}", line=line) from None
+        except Exception as exc:  # noqa: BLE001 - a filter or method raised inside the template
+            line = _traceback_line(exc.__traceback__, path)
+            raise SpecError(path, f"render failed: {type(exc).__name__}: {exc}", line=line) from None
+
+
+# --------------------------------------------------------------------------------------------
+# Hooks: restricted wiring code
+# --------------------------------------------------------------------------------------------
+
+#: Hook name -> number of positional parameters.
+HOOK_SIGNATURES: dict[str, int] = {"format_tool_result": 2, "postprocess_query": 1}
+
+_ALLOWED_MODULES = frozenset({"re", "json", "math", "unicodedata", "string"})
+# string.Formatter resolves "{0.__class__}"-style fields, i.e. attribute access by string.
+_MODULE_EXCLUDES: dict[str, frozenset[str]] = {"string": frozenset({"Formatter"})}
+
+_SAFE_BUILTINS = (
+    "abs", "all", "any", "bool", "chr", "dict", "divmod", "enumerate", "filter", "float",
+    "frozenset", "int", "isinstance", "len", "list", "map", "max", "min", "next", "ord", "range",
+    "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "zip",
+    "Exception", "ValueError", "TypeError", "KeyError", "IndexError", "LookupError",
+    "RuntimeError", "ArithmeticError", "ZeroDivisionError", "AttributeError", "StopIteration",
+)
+_BANNED_NAMES = frozenset({
+    "open", "exec", "eval", "compile", "globals", "locals", "vars", "getattr", "setattr",
+    "delattr", "hasattr", "input", "print", "breakpoint", "help", "exit", "quit", "type",
+    "object", "super", "memoryview", "dir", "id", "classmethod", "staticmethod", "property",
+})
+# Attributes that reach frames, code or string-driven attribute lookup.
+_BANNED_ATTRIBUTES = frozenset({
+    "format", "format_map", "vformat", "get_field", "mro", "gi_frame", "gi_code", "gi_yieldfrom",
+    "cr_frame", "cr_code", "ag_frame", "ag_code", "f_back", "f_globals", "f_locals", "f_builtins",
+    "f_code", "tb_frame", "tb_next",
+})
+_ALLOWED_NODES: tuple[type[ast.AST], ...] = (
+    ast.Module, ast.Expr, ast.FunctionDef, ast.arguments, ast.arg, ast.Return, ast.Assign,
+    ast.AugAssign, ast.AnnAssign, ast.If, ast.For, ast.Break, ast.Continue, ast.Pass, ast.Try,
+    ast.ExceptHandler, ast.Raise, ast.Assert, ast.Delete, ast.Import, ast.ImportFrom, ast.alias,
+    ast.BoolOp, ast.NamedExpr, ast.BinOp, ast.UnaryOp, ast.Lambda, ast.IfExp, ast.Dict, ast.Set,
+    ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.comprehension, ast.Compare,
+    ast.Call, ast.keyword, ast.FormattedValue, ast.JoinedStr, ast.Constant, ast.Attribute,
+    ast.Subscript, ast.Starred, ast.Name, ast.List, ast.Tuple, ast.Slice,
+    ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop,
+)
+# Friendlier names for what people most often try; `while` is excluded so hooks always terminate
+# on finite inputs, classes/global/with because wiring code needs none of them.
+_NODE_NAMES = {
+    ast.While: "while loops", ast.ClassDef: "class definitions", ast.Global: "global statements",
+    ast.Nonlocal: "nonlocal statements", ast.With: "with statements", ast.AsyncFunctionDef:
+    "async functions", ast.Yield: "yield", ast.YieldFrom: "yield", ast.Await: "await",
+}
+_TOP_LEVEL = (ast.FunctionDef, ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign)
+
+
+def _bound_names(tree: ast.Module) -> set[str]:
+    """Every name the module binds anywhere (scope-insensitive, enough to catch typos)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.Lambda)):
+            if isinstance(node, ast.FunctionDef):
+                names.add(node.name)
+            a = node.args
+            names.update(x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs))
+            names.update(x.arg for x in (a.vararg, a.kwarg) if x is not None)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names
+
+
+def _check_node(node: ast.AST, label: str) -> None:
+    line = getattr(node, "lineno", None)
+    if not isinstance(node, _ALLOWED_NODES):
+        what = _NODE_NAMES.get(type(node), f"'{type(node).__name__}'")
+        raise SpecError(label, f"{what} not allowed in hooks", line=line)
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.name not in _ALLOWED_MODULES:
+                raise SpecError(label, f"import of {alias.name!r} not allowed (allowed: "
+                                f"{', '.join(sorted(_ALLOWED_MODULES))})", line=line)
+    elif isinstance(node, ast.ImportFrom):
+        if node.level or node.module not in _ALLOWED_MODULES:
+            raise SpecError(label, f"import from {node.module!r} not allowed (allowed: "
+                            f"{', '.join(sorted(_ALLOWED_MODULES))})", line=line)
+        for alias in node.names:
+            if alias.name == "*" or alias.name.startswith("_"):
+                raise SpecError(label, f"import of {alias.name!r} from {node.module} not allowed", line=line)
+    elif isinstance(node, ast.Name):
+        if node.id.startswith("__") or node.id in _BANNED_NAMES:
+            raise SpecError(label, f"name {node.id!r} not allowed in hooks", line=line)
+    elif isinstance(node, ast.Attribute):
+        if node.attr.startswith("_") or node.attr in _BANNED_ATTRIBUTES:
+            raise SpecError(label, f"attribute '.{node.attr}' not allowed in hooks", line=line)
+        if not isinstance(node.ctx, ast.Load):
+            raise SpecError(label, f"assigning attribute '.{node.attr}' not allowed in hooks", line=line)
+    elif isinstance(node, ast.arg) and node.arg.startswith("__"):
+        raise SpecError(label, f"parameter name {node.arg!r} not allowed in hooks", line=line)
+    elif isinstance(node, ast.FunctionDef) and node.decorator_list:
+        raise SpecError(label, "decorators not allowed in hooks", line=line)
+
+
+def _check_top_level(tree: ast.Module, label: str) -> None:
+    for index, stmt in enumerate(tree.body):
+        is_docstring = index == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+        if not (is_docstring or isinstance(stmt, _TOP_LEVEL)):
+            raise SpecError(label, "top-level statements must be imports, assignments or function "
+                            "definitions", line=stmt.lineno)
+        if not isinstance(stmt, ast.FunctionDef) or stmt.name.startswith("_"):
+            continue
+        if stmt.name not in HOOK_SIGNATURES:
+            raise SpecError(label, f"unknown hook {stmt.name!r} (known: {', '.join(HOOK_SIGNATURES)}; "
+                            "name helper functions with a leading underscore)", line=stmt.lineno)
+        a = stmt.args
+        positional = len(a.posonlyargs) + len(a.args)
+        if positional != HOOK_SIGNATURES[stmt.name] or a.vararg or a.kwarg or a.kwonlyargs:
+            raise SpecError(label, f"hook {stmt.name} must take exactly {HOOK_SIGNATURES[stmt.name]} "
+                            "positional parameter(s)", line=stmt.lineno)
+
+
+def _check_hooks_source(source: str, label: str) -> ast.Module:
+    """Static checks: syntax, node allow-list, imports, names, attributes, hook signatures."""
+    try:
+        tree = ast.parse(source, filename=label)
+    except SyntaxError as exc:
+        raise SpecError(label, f"syntax error: {exc.msg}", line=exc.lineno) from None
+    _check_top_level(tree, label)
+    for node in ast.walk(tree):
+        _check_node(node, label)
+    known = _bound_names(tree) | set(_SAFE_BUILTINS) | {"True", "False", "None"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in known:
+            raise SpecError(label, f"unknown name {node.id!r} (not defined and not an allowed builtin)",
+                            line=node.lineno)
+    return tree
+
+
+def _module_proxy(name: str) -> types.SimpleNamespace:
+    """A module's public, non-module attributes: `json.codecs.open` and the like stay out of reach."""
+    module = importlib.import_module(name)
+    excluded = _MODULE_EXCLUDES.get(name, frozenset())
+    public = {
+        attr: value
+        for attr, value in vars(module).items()
+        if not attr.startswith("_") and attr not in excluded and not isinstance(value, types.ModuleType)
+    }
+    return types.SimpleNamespace(**public)
+
+
+def _restricted_import(
+    name: str, globals_: Any = None, locals_: Any = None, fromlist: Any = (), level: int = 0
+) -> types.SimpleNamespace:
+    if level or name not in _ALLOWED_MODULES:
+        raise ImportError(f"import of {name!r} not allowed in hooks")
+    return _module_proxy(name)
+
+
+def _restricted_builtins() -> dict[str, Any]:
+    import builtins
+
+    table = {name: getattr(builtins, name) for name in _SAFE_BUILTINS}
+    table["__import__"] = _restricted_import
+    return table
+
+
+def _load_hooks(source: str, label: str) -> dict[str, Callable[..., Any]]:
+    tree = _check_hooks_source(source, label)
+    namespace: dict[str, Any] = {"__builtins__": _restricted_builtins(), "__name__": "spec_hooks"}
+    try:
+        exec(compile(tree, label, "exec"), namespace)  # restricted, see the module docstring
+    except Exception as exc:  # noqa: BLE001 - any load failure is a spec error
+        line = _traceback_line(exc.__traceback__, label)
+        raise SpecError(label, f"failed to load: {type(exc).__name__}: {exc}", line=line) from None
+    return {name: namespace[name] for name in HOOK_SIGNATURES if callable(namespace.get(name))}
+
+
+def _guarded(name: str, function: Callable[..., Any], label: str) -> Callable[..., str]:
+    """Call a hook; any exception or a non-str result becomes a HookError naming hook and line."""
+
+    def call(*args: Any) -> str:
+        try:
+            result = function(*args)
+        except Exception as exc:
+            line = _traceback_line(exc.__traceback__, label)
+            where = f"{label}:{line}" if line else label
+            raise HookError(f"{where}: {name} raised {type(exc).__name__}: {exc}") from exc
+        if not isinstance(result, str):
+            raise HookError(f"{label}: {name} returned {type(result).__name__}, expected str")
+        return result
+
+    call.__name__ = name
+    call.__doc__ = function.__doc__
+    return call
+
+
+# --------------------------------------------------------------------------------------------
+# Rule enforcements: token-level rewrites that never touch IRIs, strings or comments
+# --------------------------------------------------------------------------------------------
+
+_SPARQL_TOKEN = re.compile(
+    r"""
+      (?P<ws>\s+)
+    | (?P<comment>\#[^\n\r]*)
+    | (?P<string>\"\"\"(?:[^"\\]|\\.|"(?!""))*\"\"\"
+               |'''(?:[^'\\]|\\.|'(?!''))*'''
+               |\"\"\"[\s\S]*|'''[\s\S]*
+               |"(?:[^"\\\n\r]|\\.)*"
+               |'(?:[^'\\\n\r]|\\.)*'
+               |["'][^\n\r]*)
+    | (?P<iri><[^<>"{}|^`\\\x00-\x20]*>)
+    | (?P<var>[?$][\w\u00B7\u0300-\u036F\u203F-\u2040]+)
+    | (?P<word>(?:[^\W\d][\w\-.]*)?:(?:[\w\-:%]|\\.|\.(?=[\w\-:%]))*
+             |\w(?:[\w\-]|\.(?=\w))*)
+    | (?P<punct>.)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+_AGGREGATES = frozenset({"COUNT", "SUM", "AVG", "MIN", "MAX", "SAMPLE", "GROUP_CONCAT"})
+_Token = tuple[str, str]
+
+
+def _lex(sparql: str) -> list[_Token]:
+    """Total tokenizer: every character lands in exactly one token, so joining is lossless."""
+    return [(m.lastgroup or "punct", m.group()) for m in _SPARQL_TOKEN.finditer(sparql)]
+
+
+def _is_word(token: _Token, *words: str) -> bool:
+    return token[0] == "word" and token[1].upper() in words
+
+
+def _next_sig(tokens: list[_Token], start: int) -> int | None:
+    for i in range(start, len(tokens)):
+        if tokens[i][0] not in ("ws", "comment"):
+            return i
+    return None
+
+
+def _match_paren(tokens: list[_Token], open_index: int) -> int | None:
+    depth = 0
+    for i in range(open_index, len(tokens)):
+        if tokens[i] == ("punct", "("):
+            depth += 1
+        elif tokens[i] == ("punct", ")"):
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
+def _projection_end(tokens: list[_Token], start: int) -> int:
+    """Index of the WHERE / FROM / '{' that ends the projection of a SELECT starting at start."""
+    depth = 0
+    for i in range(start, len(tokens)):
+        kind, text = tokens[i]
+        if kind == "punct" and text in "()":
+            depth += 1 if text == "(" else -1
+        elif depth <= 0 and (tokens[i] == ("punct", "{") or _is_word(tokens[i], "WHERE", "FROM")):
+            return i
+    return len(tokens)
+
+
+def _aggregate_at(tokens: list[_Token], i: int, end: int) -> int | None:
+    """If tokens[i] is an aggregate name followed by '(', the index of that '('."""
+    if not _is_word(tokens[i], *_AGGREGATES):
+        return None
+    j = _next_sig(tokens, i + 1)
+    return j if j is not None and j < end and tokens[j] == ("punct", "(") else None
+
+
+def _first_aggregate(tokens: list[_Token], start: int, end: int) -> str | None:
+    for i in range(start, end):
+        if _aggregate_at(tokens, i, end) is not None:
+            return tokens[i][1].lower()
+    return None
+
+
+def _has_word_at_depth0(tokens: list[_Token], start: int, end: int, word: str) -> bool:
+    depth = 0
+    for i in range(start, end):
+        if tokens[i] == ("punct", "("):
+            depth += 1
+        elif tokens[i] == ("punct", ")"):
+            depth -= 1
+        elif depth == 0 and _is_word(tokens[i], word):
+            return True
+    return False
+
+
+def _join(tokens: list[_Token], before: Mapping[int, str], after: Mapping[int, str]) -> str:
+    return "".join(before.get(i, "") + text + after.get(i, "") for i, (_, text) in enumerate(tokens))
+
+
+def _keyword(word: str, like: str) -> str:
+    """Match the case style of the surrounding query (`select` -> `distinct`)."""
+    return word.lower() if like.islower() else word
+
+
+def enforce_select_distinct(sparql: str) -> str:
+    """SELECT -> SELECT DISTINCT on the outermost SELECT, unless it is already DISTINCT/REDUCED or
+    projects an aggregate. Sub-selects (inside braces) are left alone."""
+    tokens = _lex(sparql)
+    depth = 0
+    for i, (kind, text) in enumerate(tokens):
+        if kind == "punct" and text in "{}":
+            depth += 1 if text == "{" else -1
+        elif depth == 0 and _is_word(tokens[i], "SELECT"):
+            j = _next_sig(tokens, i + 1)
+            if j is not None and _is_word(tokens[j], "DISTINCT", "REDUCED"):
+                return sparql
+            if _first_aggregate(tokens, i + 1, _projection_end(tokens, i + 1)):
+                return sparql
+            return _join(tokens, {}, {i: " " + _keyword("DISTINCT", text)})
+    return sparql
+
+
+def _fresh_name(base: str, taken: set[str]) -> str:
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}{n}", n + 1
+    taken.add(name)
+    return name
+
+
+def _alias_projection(
+    tokens: list[_Token], start: int, end: int, taken: set[str],
+    before: defaultdict[int, str], after: defaultdict[int, str],
+) -> None:
+    i = start
+    while i < end:
+        open_index = _aggregate_at(tokens, i, end)
+        if open_index is not None:  # bare `COUNT(?x)` in the projection
+            close = _match_paren(tokens, open_index)
+            if close is None or close >= end:
+                return  # malformed: leave it for the parser to report
+            k = _next_sig(tokens, close + 1)
+            v = _next_sig(tokens, k + 1) if k is not None and _is_word(tokens[k], "AS") else None
+            if v is not None and v < end and tokens[v][0] == "var":  # Virtuoso's `COUNT(?x) AS ?c`
+                before[i] += "("
+                after[v] += ")"
+                i = v + 1
+                continue
+            alias = _fresh_name(tokens[i][1].lower(), taken)
+            before[i] += "("
+            after[close] += f" {_keyword('AS', tokens[i][1])} ?{alias})"
+            i = close + 1
+            continue
+        if tokens[i] == ("punct", "("):  # `(COUNT(?x))` without AS
+            close = _match_paren(tokens, i)
+            if close is None or close >= end:
+                return
+            aggregate = _first_aggregate(tokens, i + 1, close)
+            if aggregate and not _has_word_at_depth0(tokens, i + 1, close, "AS"):
+                before[close] += f" AS ?{_fresh_name(aggregate, taken)}"
+            i = close + 1
+            continue
+        i += 1
+
+
+def enforce_alias_aggregates(sparql: str) -> str:
+    """Alias unaliased aggregate projections in every SELECT (sub-selects included):
+    `SELECT COUNT(?x)` -> `SELECT (COUNT(?x) AS ?count)`; the alias avoids existing variables."""
+    tokens = _lex(sparql)
+    taken = {text[1:] for kind, text in tokens if kind == "var"}
+    before: defaultdict[int, str] = defaultdict(str)
+    after: defaultdict[int, str] = defaultdict(str)
+    for i, token in enumerate(tokens):
+        if _is_word(token, "SELECT"):
+            _alias_projection(tokens, i + 1, _projection_end(tokens, i + 1), taken, before, after)
+    return _join(tokens, before, after) if before or after else sparql
+
+
+def enforce_add_prefixes(sparql: str) -> str:
+    """Declare missing standard prefixes (worker_agent.kg.add_missing_prefixes, KNOWN_PREFIXES)."""
+    return add_missing_prefixes(sparql)
+
+
+#: Enforcement name -> rewrite, in application order (aliasing first: DISTINCT skips aggregates).
+ENFORCEMENTS: dict[str, Callable[[str], str]] = {
+    "alias_aggregates": enforce_alias_aggregates,
+    "select_distinct": enforce_select_distinct,
+    "add_prefixes": enforce_add_prefixes,
+}
+assert set(ENFORCEMENTS) == set(get_args(Enforcement))
+
+
+# --------------------------------------------------------------------------------------------
+# The spec
+# --------------------------------------------------------------------------------------------
+
+_SECRET_KEY = re.compile(r"api_?key|secret|password", re.IGNORECASE)
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, object]) -> None:
+    """Flat scalar features; lists become comma-joined strings so values stay hashable."""
+    if isinstance(value, Mapping):
+        for key in sorted(value, key=str):
+            if not _SECRET_KEY.search(str(key)):
+                _flatten(f"{prefix}.{key}" if prefix else str(key), value[key], out)
+    elif isinstance(value, (list, tuple)):
+        out[prefix] = ",".join(str(v) for v in value)
+    else:
+        out[prefix] = value
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+class AgentSpec:
+    """A loaded, validated spec. Build it with :meth:`load` or :meth:`from_files`."""
+
+    def __init__(self, files: Mapping[str, str], *, root: Path | None = None, origin: str | None = None):
+        self.root = root
+        self.origin = origin
+        self._files = {path: files[path] for path in sorted(files)}
+        _check_paths(self._files, self._label)
+        self.config: AgentConfig = _parse_config(self._files[AGENT_FILE], self._label(AGENT_FILE))
+        self.rules: list[Rule] = _parse_rules(self._files[RULES_FILE], self._label(RULES_FILE))
+        self.prompts: dict[str, str] = {
+            match.group(1): text
+            for path, text in self._files.items()
+            if (match := _PROMPT_PATH.match(path))
+        }
+        self._prompts = _Prompts(self.prompts, self._label)
+        self._check_prompt_contract()
+        self.hooks_source: str | None = self._files.get(HOOKS_FILE)
+        self._hooks = _load_hooks(self.hooks_source, self._label(HOOKS_FILE)) if self.hooks_source else {}
+
+    # ---- construction
+
+    @classmethod
+    def load(cls, path: str | Path) -> AgentSpec:
+        """Load the spec directory ``path`` (hidden files and __pycache__ are ignored)."""
+        root = Path(path)
+        if not root.is_dir():
+            raise SpecError(str(root), "not a spec directory")
+        files: dict[str, str] = {}
+        for file in sorted(root.rglob("*")):
+            relative = file.relative_to(root)
+            if not file.is_file() or any(p.startswith(".") or p == "__pycache__" for p in relative.parts):
+                continue
+            try:
+                files[relative.as_posix()] = file.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                raise SpecError(str(file), "not UTF-8 text") from None
+        return cls(files, root=root, origin=str(root))
+
+    @classmethod
+    def from_files(cls, files: Mapping[str, str], *, origin: str | None = None) -> AgentSpec:
+        """Build a spec from relative path -> text (e.g. a git revision); ``origin`` prefixes the
+        file names in error messages (e.g. ``"v3@1a2b3c4"``)."""
+        return cls(files, origin=origin)
+
+    def _label(self, relative: str) -> str:
+        return f"{self.origin.rstrip('/')}/{relative}" if self.origin else relative
+
+    def _check_prompt_contract(self) -> None:
+        for name in REQUIRED_PROMPTS[self.config.strategy]:
+            if name not in self.prompts:
+                raise SpecError(self._label(f"prompts/{name}.j2"),
+                                f"missing (strategy {self.config.strategy} needs it)")
+        for name, used in self._prompts.variables.items():
+            if name not in PROMPT_VARIABLES:
+                continue  # partials and extra prompts get whatever their includer has
+            unknown = used - PROMPT_VARIABLES[name] - SPEC_PROVIDED_VARIABLES
+            if unknown:
+                available = sorted(PROMPT_VARIABLES[name] | SPEC_PROVIDED_VARIABLES)
+                raise SpecError(self._label(f"prompts/{name}.j2"),
+                                f"uses variables the strategy does not provide: {', '.join(sorted(unknown))} "
+                                f"(available: {', '.join(available)})")
+
+    # ---- queries
+
+    def files(self) -> dict[str, str]:
+        """Relative path -> text, exactly as loaded (what a version commits)."""
+        return dict(self._files)
+
+    def render(self, prompt: str, **variables: Any) -> str:
+        """Render ``prompts/<prompt>.j2``; the spec adds ``rules`` (enabled) and ``config``."""
+        name = prompt.removesuffix(".j2")
+        if name not in self.prompts:
+            raise SpecError(self._label(f"prompts/{name}.j2"),
+                            f"no such prompt (available: {', '.join(sorted(self.prompts)) or 'none'})")
+        context = {"rules": self.enabled_rules(), "config": self.config, **variables}
+        return self._prompts.render(name, context)
+
+    def prompt_variables(self, prompt: str) -> frozenset[str]:
+        """Variables the template references that the caller or the spec must provide."""
+        return self._prompts.variables[prompt.removesuffix(".j2")]
+
+    def enabled_rules(self) -> list[Rule]:
+        return [rule for rule in self.rules if rule.enabled]
+
+    def rule_enabled(self, rule_id: str) -> bool:
+        """True if a rule with this id exists and is enabled (a removed rule counts as off)."""
+        return any(rule.id == rule_id and rule.enabled for rule in self.rules)
+
+    def enforce(self, sparql: str) -> str:
+        """Apply the enforcements of the enabled rules, in the fixed order of ENFORCEMENTS."""
+        wanted = {rule.enforce for rule in self.enabled_rules() if rule.enforce}
+        for name, rewrite in ENFORCEMENTS.items():
+            if name in wanted:
+                sparql = rewrite(sparql)
+        return sparql
+
+    def features(self) -> dict[str, object]:
+        """Flat features for the ledger: knobs (``few_shot``, ``tools.surface_forms.k``, ...),
+        ``rule:<id>`` -> enabled, ``prompt:<name>`` -> content digest, ``hooks`` -> digest/None."""
+        out: dict[str, object] = {}
+        _flatten("", self.config.model_dump(mode="json", exclude={"name"}), out)
+        for rule in self.rules:
+            out[f"rule:{rule.id}"] = rule.enabled
+        for name in sorted(self.prompts):
+            out[f"prompt:{name}"] = _digest(self.prompts[name])
+        out["hooks"] = _digest(self.hooks_source) if self.hooks_source else None
+        return out
+
+    def hook(self, name: str) -> Callable[..., str] | None:
+        """The named hook wrapped so failures raise HookError, or None if the spec has none."""
+        if name not in HOOK_SIGNATURES:
+            raise ValueError(f"unknown hook {name!r} (known: {', '.join(HOOK_SIGNATURES)})")
+        function = self._hooks.get(name)
+        return _guarded(name, function, self._label(HOOKS_FILE)) if function else None
+
+    def __repr__(self) -> str:
+        where = self.origin or "<files>"
+        return f"AgentSpec({self.config.name!r}, strategy={self.config.strategy!r}, from {where})"
+
+
+def _check_paths(files: Mapping[str, str], label: Callable[[str], str]) -> None:
+    for path in files:
+        if path not in (AGENT_FILE, RULES_FILE, HOOKS_FILE) and not _PROMPT_PATH.match(path):
+            raise SpecError(label(path), f"file not allowed in a spec (allowed: {_ALLOWED_PATHS_TEXT})")
+        if not isinstance(files[path], str):
+            raise SpecError(label(path), f"expected text, got {type(files[path]).__name__}")
+    for required in (AGENT_FILE, RULES_FILE):
+        if required not in files:
+            raise SpecError(label(required), "missing")
+
+
+def validate_spec_files(files: Mapping[str, str], *, origin: str | None = None) -> None:
+    """Gate before committing a candidate: allowed paths only, config and rules valid, every
+    prompt compiles and uses only provided variables, hooks pass the restrictions and load."""
+    AgentSpec.from_files(files, origin=origin)
+
+
+def seed_spec_path() -> Path:
+    """The shipped seed spec (versions/v1 in the repository)."""
+    return Path(__file__).resolve().parents[1] / "versions" / "v1"

@@ -1,0 +1,58 @@
+"""Strategies: how an agent spec turns a question into a SPARQL query.
+
+A strategy has one method, ``answer``. ``make_strategy`` picks one by the spec's ``strategy`` key:
+``offline`` (deterministic retrieval-and-adaptation, no LLM) or ``llm_agent`` (tool-using LLM loop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from worker_agent.llm import Model
+    from worker_agent.spec import AgentSpec
+    from worker_agent.tools import Tools
+    from worker_agent.trace import Trace
+
+
+@dataclass(frozen=True)
+class Example:
+    """A training question with its gold query: the only material strategies may learn from."""
+
+    uid: str
+    text: str
+    sparql: str
+    lang: str = "en"
+    features: tuple[str, ...] = ()
+
+
+@dataclass
+class StrategyResult:
+    query: str | None
+    status: str  # one of worker_agent.trace.STATUSES
+    detail: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Strategy(Protocol):
+    def answer(self, question: str, trace: "Trace", *, lang: str | None = None,
+               deadline: float | None = None) -> StrategyResult: ...
+
+
+def make_strategy(spec: "AgentSpec", tools: "Tools", examples: list[Example],
+                  model: "Model | None" = None) -> Strategy:
+    name = spec.config.strategy
+    if name == "offline":
+        from worker_agent.strategies.offline import OfflineStrategy
+
+        return OfflineStrategy(spec, tools, examples)
+    if name == "llm_agent":
+        from worker_agent.strategies.llm_agent import LLMAgentStrategy
+
+        if model is None:
+            from worker_agent.llm import ModelConfig, make_model
+
+            model = make_model(ModelConfig.model_validate(spec.config.model or {}))
+        return LLMAgentStrategy(spec, tools, examples, model)
+    raise ValueError(f"unknown strategy {name!r}")
