@@ -282,12 +282,18 @@ def demo(
 
 
 def _print_ledger(ws: Any, fmt: str, all_features: bool) -> None:
-    from researcher.ledger import feature_table, metric_table, render_table
+    from researcher.ledger import feature_table, format_cell, metric_table, render_table
 
     records = ws.ledger.versions()
     if not records:
         console.print("ledger is empty: run `researcher loop`")
         return
+    # Scores are only comparable within one eval context (dataset, split, KG): show the latest one.
+    latest = records[-1].eval_context
+    others = [r for r in records if not r.eval_context.comparable(latest)]
+    records = [r for r in records if r.eval_context.comparable(latest)]
+    if others:
+        err_console.print(f"{len(others)} versions measured on another dataset/split/KG are not shown")
     tables = [("Features x versions", feature_table(records, all_features=all_features)),
               ("Metrics x versions (validation)", metric_table(records))]
     if fmt == "text":
@@ -296,7 +302,7 @@ def _print_ledger(ws: Any, fmt: str, all_features: bool) -> None:
             for col in table.header:
                 t.add_column(str(col))
             for row in table.rows:
-                t.add_row(*(str(c) for c in row))
+                t.add_row(*(format_cell(c) for c in row))
             console.print(t)
         return
     for title, table in tables:

@@ -232,8 +232,21 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 
 def _answer_means(results: Sequence[QuestionResult]) -> dict[str, float | None]:
-    out = {m: _mean(r.scores.get(m, 0.0) for r in results) for m in ANSWER_METRICS}
-    out["n"] = len(results)
+    """Averages exactly as the official client computes them (numpy's summation, its set_F_ndcg)."""
+    scored = [r.scores for r in results if r.scores]
+    out: dict[str, Any] = {"n": len(results)}
+    if not scored:
+        return {**out, **{m: None for m in ANSWER_METRICS}}
+    for m in ("set_P", "set_recall", "set_F"):
+        out[m] = metrics._numpy_mean([s[m] for s in scored])
+    ordered = [s["ndcg"] for s in scored if "ndcg" in s]
+    if ordered:
+        # official quirk: the overall ndcg average is pooled as one more value (see metrics docs)
+        out["ndcg"] = metrics._numpy_mean(ordered)
+        combined = [s.get("ndcg", s["set_F"]) for s in scored] + [out["ndcg"]]
+        out["set_F_ndcg"] = statistics.fmean(combined)
+    else:
+        out["set_F_ndcg"] = out["set_F"]
     return out
 
 

@@ -70,6 +70,7 @@ KNOWN_EVENTS: tuple[str, ...] = (
     "run_finished",
     "run_interrupted",
     "best_changed",
+    "invalid_proposal",
     "deployed",
     "test_evaluation",
     "store_repaired",
@@ -226,7 +227,7 @@ class VersionRecord(_Model):
     def _scored_when_compared(self) -> VersionRecord:
         # Baseline and accepted versions are what best() compares: they must carry their numbers.
         if self.status in ("baseline", "accepted") and (not self.scores or self.eval_context is None):
-            raise ValueError(f"a {self.status} record needs scores (overall) and eval_context")
+            raise ValueError(f"{self.status} records need scores.overall and eval_context")
         if self.scores and self.eval_context is None:
             raise ValueError("scores without eval_context cannot be compared")
         return self

@@ -72,26 +72,32 @@ from functools import lru_cache, partial
 from typing import Any, Literal
 from urllib.parse import urljoin
 
+from rdflib.plugins.sparql.algebra import translatePName, translatePrologue, traverse
+from rdflib.plugins.sparql.parser import parseQuery
+from rdflib.plugins.sparql.parserutils import CompValue
+from rdflib.term import BNode, URIRef, Variable
+from rdflib.term import Literal as RDFLiteral
+
 from worker_agent.kg import QueryResult, add_missing_prefixes
 
 __all__ = [
-    "MetricsError",
-    "SET_METRICS",
-    "answer_set",
-    "set_scores",
-    "ndcg",
-    "score_question",
-    "gold_unavailable_reason",
-    "official_evaluation",
-    "normalize_query",
-    "exact_match",
     "FAMILIES",
+    "OUTCOMES",
+    "SET_METRICS",
+    "MetricsError",
+    "Outcome",
+    "answer_set",
+    "categorize",
     "component_scores",
+    "exact_match",
+    "gold_unavailable_reason",
+    "ndcg",
+    "normalize_query",
+    "official_evaluation",
     "query_iris",
     "schema_hit_at_k",
-    "Outcome",
-    "OUTCOMES",
-    "categorize",
+    "score_question",
+    "set_scores",
 ]
 
 RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
@@ -167,7 +173,8 @@ def _float32(value: float) -> float:
 def _trec_ranking(pred: Mapping[str, float]) -> list[str]:
     """trec_eval's order: score descending, ties by ``strcmp(b, a)``, i.e. item descending."""
     by_item = sorted(pred, reverse=True)
-    return sorted(by_item, key=lambda item: -_float32(pred[item]))  # stable: keeps the tie order
+    # sorted() is stable, so equal scores keep the descending item order
+    return sorted(by_item, key=lambda item: -_float32(pred[item]))
 
 
 def ndcg(pred_ranked: Mapping[str, float], gold_ranked: Mapping[str, int]) -> float:
@@ -230,13 +237,17 @@ def _pairwise_sum(values: Sequence[float], start: int, n: int) -> float:
             for j in range(8):
                 acc[j] += values[start + i + j]
             i += 8
-        total = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+        total = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + (
+            (acc[4] + acc[5]) + (acc[6] + acc[7])
+        )
         for k in range(i, n):
             total += values[start + k]
         return total
     half = n // 2
     half -= half % 8
-    return _pairwise_sum(values, start, half) + _pairwise_sum(values, start + half, n - half)
+    return _pairwise_sum(values, start, half) + _pairwise_sum(
+        values, start + half, n - half
+    )
 
 
 def _numpy_mean(values: Sequence[float]) -> float:
@@ -255,13 +266,19 @@ def _evaluate(
     results: dict[str, dict[str, float]] = {}
     for uid, pred in preds.items():
         if uid not in golds:
-            raise MetricsError(f"{uid}: prediction has no gold answer set (the official client fails)")
+            raise MetricsError(
+                f"{uid}: prediction has no gold answer set (the official client fails)"
+            )
         gold = golds[uid]
         if not gold:
             continue  # pytrec_eval drops questions without judgements
-        results[uid] = set_scores(pred, gold) if metric == "set" else {"ndcg": ndcg(pred, gold)}
+        results[uid] = (
+            set_scores(pred, gold) if metric == "set" else {"ndcg": ndcg(pred, gold)}
+        )
     names = SET_METRICS if metric == "set" else ("ndcg",)
-    results["average"] = {m: _numpy_mean([r[m] for r in results.values()]) for m in names}
+    results["average"] = {
+        m: _numpy_mean([r[m] for r in results.values()]) for m in names
+    }
     return results
 
 
@@ -270,9 +287,13 @@ def _combine_averages(results: dict[str, dict[str, float]], average_field: str) 
     results[average_field]["set_F_ndcg"] = statistics.fmean(combined)  # type: ignore[arg-type]
 
 
-def _language_averages(results: dict[str, dict[str, float]], languages: Sequence[str]) -> None:
+def _language_averages(
+    results: dict[str, dict[str, float]], languages: Sequence[str]
+) -> None:
     metrics = (*SET_METRICS, "ndcg")
-    collected: dict[str, dict[str, list[float]]] = {lang: {m: [] for m in metrics} for lang in languages}
+    collected: dict[str, dict[str, list[float]]] = {
+        lang: {m: [] for m in metrics} for lang in languages
+    }
     for key, value in results.items():
         for metric in metrics:
             if metric in value:
@@ -285,7 +306,9 @@ def _language_averages(results: dict[str, dict[str, float]], languages: Sequence
             raise MetricsError(
                 f"language {lang!r}: no {empty[0]} values to average (the official client fails)"
             )
-        results[f"average-{lang}"] = {m: statistics.fmean(s) for m, s in collected[lang].items()}
+        results[f"average-{lang}"] = {
+            m: statistics.fmean(s) for m, s in collected[lang].items()
+        }
 
 
 def official_evaluation(
@@ -307,7 +330,9 @@ def official_evaluation(
             raise MetricsError(
                 f"{missing[0]}: listed in order_required but has no prediction (the official client fails)"
             )
-        ordered = _evaluate({uid: predictions[uid] for uid in order_required}, gold, "ndcg")
+        ordered = _evaluate(
+            {uid: predictions[uid] for uid in order_required}, gold, "ndcg"
+        )
         for key, value in ordered.items():
             results[key]["ndcg"] = value["ndcg"]
         _combine_averages(results, "average")
@@ -364,8 +389,13 @@ def _expanded_tokens(sparql: str) -> list[tuple[str, str]]:
         kind, text = tokens[i]
         upper = text.upper() if kind == "word" else ""
         nxt = tokens[i + 1] if i + 1 < len(tokens) else ("", "")
-        if upper == "PREFIX" and nxt[0] == "pname" and i + 2 < len(tokens) and tokens[i + 2][0] == "iri":
-            prefixes[nxt[1][:-1] if nxt[1].endswith(":") else nxt[1]] = tokens[i + 2][1][1:-1]
+        if (
+            upper == "PREFIX"
+            and nxt[0] == "pname"
+            and i + 2 < len(tokens)
+            and tokens[i + 2][0] == "iri"
+        ):
+            prefixes[nxt[1].removesuffix(":")] = tokens[i + 2][1][1:-1]
             i += 3
             continue
         if upper == "BASE" and nxt[0] == "iri":
@@ -444,7 +474,9 @@ def schema_hit_at_k(ranked: Sequence[str], gold: Sequence[str], k: int) -> float
         raise ValueError(f"schema_hit_at_k: k must be >= 1, got {k}")
     wanted = set(gold)
     if not wanted:
-        raise ValueError("schema_hit_at_k: the gold list is empty, the hit rate is undefined")
+        raise ValueError(
+            "schema_hit_at_k: the gold list is empty, the hit rate is undefined"
+        )
     top = list(dict.fromkeys(ranked))[:k]
     return len(wanted.intersection(top)) / len(wanted)
 
@@ -462,8 +494,6 @@ def _get(node: Any, key: str) -> Any:
 
 
 def _children(node: Any) -> Iterable[Any]:
-    from rdflib.plugins.sparql.parserutils import CompValue
-
     if isinstance(node, CompValue):
         return dict.values(node)
     if isinstance(node, (list, tuple)) or type(node).__name__ == "ParseResults":
@@ -479,15 +509,14 @@ def _walk(node: Any) -> Iterator[Any]:
 
 def _path_iris(path: Any) -> tuple[list[str], bool]:
     """IRIs in a predicate position and whether it is a non-trivial property path."""
-    from rdflib.term import URIRef
-
     iris = [str(n) for n in _walk(path) if isinstance(n, URIRef)]
+    steps = _get(path, "part") if _node_name(path) == "PathAlternative" else None
+    seq = _get(steps[0], "part") if steps and len(steps) == 1 else None
+    elt = seq[0] if seq and len(seq) == 1 else None
     simple = (
-        _node_name(path) == "PathAlternative"
-        and len(path["part"]) == 1
-        and len(path["part"][0]["part"]) == 1
-        and _node_name(path["part"][0]["part"][0]) == "PathElt"
-        and not _get(path["part"][0]["part"][0], "mod")
+        _node_name(elt) == "PathElt"
+        and isinstance(_get(elt, "part"), URIRef)
+        and not _get(elt, "mod")
     )
     return iris, not simple
 
@@ -551,7 +580,9 @@ def _outer_operators(query: Any) -> Counter[str]:
     if _get(query, "orderby") is not None:
         ops["ORDER_BY"] += 1
         for cond in query["orderby"]["condition"]:
-            order = _get(cond, "order") if _node_name(cond) == "OrderCondition" else None
+            order = (
+                _get(cond, "order") if _node_name(cond) == "OrderCondition" else None
+            )
             ops[f"ORDER:{str(order or 'ASC').upper()}"] += 1
     limits = _get(query, "limitoffset")
     if limits is not None:
@@ -564,14 +595,7 @@ def _outer_operators(query: Any) -> Counter[str]:
 
 def _parse(sparql: str) -> Any:
     """The rdflib parse tree of the query with prefixed names resolved to IRIs."""
-    from rdflib.plugins.sparql.algebra import translatePName, translatePrologue, traverse
-    from rdflib.plugins.sparql.parser import parseQuery
-
-    try:
-        sparql = add_missing_prefixes(sparql)
-    except Exception:  # the parser below reports what is wrong with the text
-        pass
-    tree = parseQuery(sparql)
+    tree = parseQuery(add_missing_prefixes(sparql))  # as the KG layer runs it
     prologue = translatePrologue(tree[0], None)
     return traverse(tree[1], visitPost=partial(translatePName, prologue=prologue))
 
@@ -582,20 +606,22 @@ Features = tuple[tuple[tuple[str, int], ...], ...]
 @lru_cache(maxsize=4096)
 def _features(sparql: str) -> Features | None:
     """Per-family multisets of a query (cached: gold queries are scored over and over)."""
-    from rdflib.term import BNode, Literal, URIRef, Variable
-
     try:
         query = _parse(sparql)
-    except Exception:  # rdflib raises parse errors and plain Exceptions for unknown prefixes
+    except Exception:  # noqa: BLE001 - rdflib raises bare Exception for unknown prefixes
         return None
     nodes: Counter[str] = Counter()
     predicates: Counter[str] = Counter()
     inner = _inner_operators(query)
     for subj, pred, obj in _triples(_get(query, "where")):
         for node in (subj, obj):
-            if isinstance(node, Literal) and node.language:
-                node = Literal(str(node), lang=node.language.lower())  # tags are case-insensitive
-            if isinstance(node, (URIRef, Literal)) and not isinstance(node, (Variable, BNode)):
+            if isinstance(node, RDFLiteral) and node.language:
+                node = RDFLiteral(
+                    str(node), lang=node.language.lower()
+                )  # tags are case-insensitive
+            if isinstance(node, (URIRef, RDFLiteral)) and not isinstance(
+                node, (Variable, BNode)
+            ):
                 nodes[node.n3()] += 1
         if isinstance(pred, URIRef):
             predicates[str(pred)] += 1
@@ -669,7 +695,9 @@ def categorize(
     if not pred:
         return "empty_result"
     if not scores or "set_F" not in scores:
-        raise ValueError("categorize: a question with gold and answers needs its scores (set_F)")
+        raise ValueError(
+            "categorize: a question with gold and answers needs its scores (set_F)"
+        )
     f_measure = scores["set_F"]
     if f_measure == 1.0:
         return "correct" if scores.get("ndcg", 1.0) == 1.0 else "partially_correct"

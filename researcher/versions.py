@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, Self, get_args
 
 import git
 from git.index.typ import BaseIndexEntry
@@ -532,7 +532,7 @@ class VersionStore:
     def _repair_pending(self, sha: str) -> str:
         commit = self._repo.commit(sha)
         meta = _parse_message(_message(commit))
-        name = meta["name"] if meta else None
+        name = meta["name"] if meta and _VERSION_RE.match(meta["name"]) else None
         existing = self._rev_parse(f"refs/tags/{name}") if name else None
         parent_ok = meta is not None and (
             meta["parent"] == "none" or self._rev_parse(f"refs/tags/{meta['parent']}") is not None
@@ -590,6 +590,16 @@ class VersionStore:
             except UnicodeDecodeError as exc:
                 raise VersionStoreError(f"{self.root}: {what}: file {item.path} is not UTF-8 text") from exc
         return files
+
+    def close(self) -> None:
+        """Stop gitpython's helper processes (also happens at garbage collection)."""
+        self._repo.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         return f"VersionStore({str(self.root)!r})"

@@ -22,6 +22,7 @@ from researcher.ledger import (
     Tokens,
     VersionRecord,
     feature_table,
+    format_cell,
     metric_table,
     render_table,
 )
@@ -133,7 +134,7 @@ def test_extra_field_and_bad_lines_rejected(ledger: Ledger) -> None:
         VersionRecord(**record("v1", 0.5).model_dump(), surprise=1)
     with pytest.raises(ValueError, match="Extra inputs"):
         EvalContext(**CTX.model_dump(), model="gpt")
-    with pytest.raises(ValueError, match="needs scores and eval_context"):
+    with pytest.raises(ValueError, match="accepted records need scores.overall and eval_context"):
         record("v2", None, status="accepted")
     ledger.append(record("v1", 0.5, status="baseline", parent=None))
     obj = json.loads(ledger.path.read_text())
@@ -156,7 +157,62 @@ def test_extra_field_and_bad_lines_rejected(ledger: Ledger) -> None:
 def test_invalid_record_without_scores_is_fine(ledger: Ledger) -> None:
     ledger.append(record("v2", None, status="invalid"))
     [r] = Ledger(ledger.path).versions()
-    assert r.status == "invalid" and r.scores is None and r.eval_context is None
+    assert r.status == "invalid" and not r.scores and r.scores.overall == {} and r.eval_context is None
+
+
+def test_json_shaped_input_and_dict_style_reads(ledger: Ledger) -> None:
+    """Callers may build records from plain dicts (the JSON shape) and read sections like dicts."""
+    raw = {
+        "version": "v2",
+        "parent": "v1",
+        "commit": "abcdef12",
+        "created_at": "2025-01-01T00:00:00+00:00",
+        "status": "invalid",
+        "reason": None,
+        "diff_stats": {"files": 1, "insertions": 0, "deletions": 3},
+        "eval_context": CTX.model_dump(),
+        "scores": {},
+        "repeats": None,
+        "tokens": {"input": 1, "output": 2},
+    }
+    ledger.append(VersionRecord(**raw))
+    scored = {
+        **raw,
+        "version": "v3",
+        "status": "accepted",
+        "scores": {
+            "overall": {"set_F": 0.4, "exact_match": None},
+            "per_feature": {"COUNT": {"n": 2, "set_F": None}},
+            "outcome_counts": {"correct": 3, "timeout": 1},
+        },
+        "outcomes": {"ck25:1-en": {"outcome": "gold_unavailable", "set_F": None}},
+    }
+    ledger.append(VersionRecord(**scored))
+    v2, v3 = Ledger(ledger.path).versions()
+    assert v2.reason == "" and v2.repeats == [] and not v2.scores
+    assert v2.scores.get("overall") == {} and v2.eval_context.get("split") == "validation"
+    assert v3.scores.get("overall")["set_F"] == 0.4 and v3.scores["outcome_counts"]["timeout"] == 1
+    assert v3.outcomes["ck25:1-en"].get("set_F") is None and v3.tokens["input"] == 1
+    assert v3.scores.get("nope", 7) == 7
+    with pytest.raises(KeyError):
+        v3.scores["nope"]
+    assert ledger.best(eval_context=CTX).version == "v3"
+    assert metric_table([v2, v3], ["set_F", "exact_match"]).rows == [["set_F", None, 0.4], ["exact_match", None, None]]
+
+
+def test_append_event(ledger: Ledger) -> None:
+    event = ledger.append_event("best_changed", "v2", {"previous": "v1"})
+    assert event.at.tzinfo is not None
+    ledger.append_event("run_started")
+    assert [(e.event, e.version) for e in Ledger(ledger.path).events()] == [
+        ("best_changed", "v2"),
+        ("run_started", None),
+    ]
+    assert [e.data for e in ledger.events("best_changed")] == [{"previous": "v1"}]
+    with pytest.raises(LedgerError, match="invalid 'Bad Name' event"):
+        ledger.append_event("Bad Name")
+    with pytest.raises(LedgerError, match="can only append"):
+        ledger.append({"kind": "event"})  # type: ignore[arg-type]
 
 
 def test_best_respects_eval_context(ledger: Ledger) -> None:
@@ -264,6 +320,10 @@ def test_numeric_columns_right_aligned() -> None:
     assert render_table(table, "md").splitlines()[1] == "|---|---:|"
     lines = render_table(table, "text").splitlines()
     assert lines[2].endswith("0.500") and lines[3].endswith("   12")
+
+
+def test_format_cell() -> None:
+    assert [format_cell(c) for c in (True, False, None, 0.12345, 7, "x")] == ["✓", "", "–", "0.123", "7", "x"]
 
 
 def test_naive_timestamps_rejected() -> None:

@@ -42,14 +42,14 @@ TOOLS = [
     {"name": "ontology", "description": "Describe a class or property."},
     {"name": "test_sparql", "description": "Run a draft query and preview its rows."},
 ]
-QUESTION_VARS = dict(
-    question="In which department is Ms. Brant?",
-    lang="en",
-    examples=[{"question": "Who is the manager of Heinrich Hoch?", "sparql": "SELECT ?r WHERE { ?s ?p ?r }"}],
-    dataset_name="ck25",
-    default_namespace="http://ld.company.org/prod-vocab/",
-    prefixes={"pv": "http://ld.company.org/prod-vocab/"},
-)
+QUESTION_VARS: dict[str, object] = {
+    "question": "In which department is Ms. Brant?",
+    "lang": "en",
+    "examples": [{"question": "Who is the manager of Heinrich Hoch?", "sparql": "SELECT ?r WHERE { ?s ?p ?r }"}],
+    "dataset_name": "ck25",
+    "default_namespace": "http://ld.company.org/prod-vocab/",
+    "prefixes": {"pv": "http://ld.company.org/prod-vocab/"},
+}
 
 
 @pytest.fixture(scope="module")

@@ -54,8 +54,9 @@ def test_init_refuses_non_empty_dir_and_open_errors(tmp_path: Path) -> None:
 
 
 def test_reopen_existing_store(store: VersionStore) -> None:
-    again = VersionStore(store.root)
-    assert [v.name for v in again.versions()] == ["v1"]
+    with VersionStore(store.root) as again:
+        assert [v.name for v in again.versions()] == ["v1"]
+    assert not list((store.root / ".git").glob("tmp-*"))  # temporary indexes are cleaned up
 
 
 def test_create_lineage_with_branching(store: VersionStore) -> None:

@@ -99,12 +99,12 @@ class WorkerAgent:
         """Apply rule enforcements and the post-processing hook; the query must stay read-only."""
         if not result.query:
             return result
-        query = self.spec.enforce(result.query)
+        # The hook first (it may strip fences or prose), then the deterministic rule enforcements.
+        query = result.query
         hook = self.spec.hook("postprocess_query")
         if hook is not None:
             query = hook(query)
-            if not isinstance(query, str):
-                raise HookError("postprocess_query must return a string")
+        query = self.spec.enforce(query)
         if query != result.query:
             trace.step("postprocess", before=result.query, after=query)
         try:

@@ -36,31 +36,45 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from jinja2 import FunctionLoader, StrictUndefined, Template, TemplateError, TemplateSyntaxError, meta
+from jinja2 import (
+    FunctionLoader,
+    StrictUndefined,
+    Template,
+    TemplateError,
+    TemplateSyntaxError,
+    meta,
+)
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from worker_agent.kg import add_missing_prefixes
 
 __all__ = [
-    "SpecError",
-    "HookError",
-    "Rule",
-    "SurfaceFormsConfig",
-    "OntologyToolConfig",
-    "TestSparqlConfig",
-    "ToolsConfig",
-    "AgentConfig",
-    "AgentSpec",
     "ENFORCEMENTS",
+    "HOOK_SIGNATURES",
     "PROMPT_VARIABLES",
     "SPEC_PROVIDED_VARIABLES",
-    "HOOK_SIGNATURES",
-    "enforce_select_distinct",
-    "enforce_alias_aggregates",
+    "AgentConfig",
+    "AgentSpec",
+    "HookError",
+    "OntologyToolConfig",
+    "Rule",
+    "SpecError",
+    "SurfaceFormsConfig",
+    "TestSparqlConfig",
+    "ToolsConfig",
     "enforce_add_prefixes",
-    "validate_spec_files",
+    "enforce_alias_aggregates",
+    "enforce_select_distinct",
     "seed_spec_path",
+    "validate_spec_files",
 ]
 
 AGENT_FILE = "agent.yaml"
@@ -115,10 +129,10 @@ _PREDICATE_NAME = re.compile(r"^[^\s<>\"{}|^`\\]+:[^\s<>\"{}|^`\\]*$")
 class SurfaceFormsConfig(_Config):
     """Entity/class/property lookup by name (labels and IRI local names)."""
 
-    enabled: bool = Field(True, description="Offer the surface-form lookup tool.")
-    k: int = Field(10, ge=1, le=100, description="Candidates returned per lookup.")
+    enabled: bool = Field(default=True, description="Offer the surface-form lookup tool.")
+    k: int = Field(default=10, ge=1, le=100, description="Candidates returned per lookup.")
     fuzzy_threshold: int = Field(
-        85, ge=0, le=100, description="Minimum rapidfuzz similarity (0-100) for a fuzzy label match."
+default=85, ge=0, le=100, description="Minimum rapidfuzz similarity (0-100) for a fuzzy label match."
     )
     label_predicates: list[str] = Field(
         default_factory=list,
@@ -138,32 +152,32 @@ class SurfaceFormsConfig(_Config):
 class OntologyToolConfig(_Config):
     """Schema lookup: what a class or property is and how it connects."""
 
-    enabled: bool = Field(True, description="Offer the ontology lookup tool.")
+    enabled: bool = Field(default=True, description="Offer the ontology lookup tool.")
     group_namespaces: bool = Field(
-        False, description="Group a class's properties by namespace (e.g. dbo: apart from dbp:)."
+default=False, description="Group a class's properties by namespace (e.g. dbo: apart from dbp:)."
     )
-    examples: int = Field(3, ge=0, le=50, description="Example triples shown per class or property.")
+    examples: int = Field(default=3, ge=0, le=50, description="Example triples shown per class or property.")
 
 
 class TestSparqlConfig(_Config):
     """Running a draft query against the KG and previewing its result."""
 
-    enabled: bool = Field(True, description="Offer the test-SPARQL tool.")
-    timeout_s: float = Field(10.0, gt=0, le=600, description="Time limit per test query, in seconds.")
-    preview_rows: int = Field(10, ge=1, le=1000, description="Result rows shown in a preview.")
+    enabled: bool = Field(default=True, description="Offer the test-SPARQL tool.")
+    timeout_s: float = Field(default=10.0, gt=0, le=600, description="Time limit per test query, in seconds.")
+    preview_rows: int = Field(default=10, ge=1, le=1000, description="Result rows shown in a preview.")
 
 
 class ToolsConfig(_Config):
     """The tools the worker may use and their knobs."""
 
     surface_forms: SurfaceFormsConfig = Field(
-        default_factory=lambda: SurfaceFormsConfig(), description="Surface-form (label) lookup tool."
+        default_factory=SurfaceFormsConfig, description="Surface-form (label) lookup tool."
     )
     ontology: OntologyToolConfig = Field(
-        default_factory=lambda: OntologyToolConfig(), description="Ontology (schema) lookup tool."
+        default_factory=OntologyToolConfig, description="Ontology (schema) lookup tool."
     )
     test_sparql: TestSparqlConfig = Field(
-        default_factory=lambda: TestSparqlConfig(), description="Test-SPARQL tool."
+        default_factory=TestSparqlConfig, description="Test-SPARQL tool."
     )
 
 
@@ -182,19 +196,19 @@ class AgentConfig(_Config):
     # Kept as a plain mapping: worker_agent/llm.py validates it (ModelConfig) when the model is
     # built, so the spec does not depend on provider details and offline specs can keep one.
     model: dict[str, Any] | None = Field(
-        None, description="Model settings for llm_agent (provider, name, ...), validated by worker_agent.llm."
+default=None, description="Model settings for llm_agent (provider, name, ...), validated by worker_agent.llm."
     )
     few_shot: int = Field(
-        1, ge=0, le=50,
+default=1, ge=0, le=50,
         description="Training examples retrieved per question (LLM: shown in the prompt; "
         "offline: candidate templates tried).",
     )
-    max_iterations: int = Field(8, ge=1, le=100, description="Tool-calling turns allowed to llm_agent.")
+    max_iterations: int = Field(default=8, ge=1, le=100, description="Tool-calling turns allowed to llm_agent.")
     retrieval: RetrievalName = Field(
-        "tfidf", description="How similar training questions are retrieved: tfidf, fuzzy or embeddings."
+default="tfidf", description="How similar training questions are retrieved: tfidf, fuzzy or embeddings."
     )
-    tools: ToolsConfig = Field(default_factory=lambda: ToolsConfig(), description="Tool settings.")
-    answer_timeout_s: float = Field(60.0, gt=0, le=3600, description="Time limit per question, in seconds.")
+    tools: ToolsConfig = Field(default_factory=ToolsConfig, description="Tool settings.")
+    answer_timeout_s: float = Field(default=60.0, gt=0, le=3600, description="Time limit per question, in seconds.")
 
     @model_validator(mode="after")
     def _llm_needs_model(self) -> AgentConfig:
@@ -215,7 +229,7 @@ class Rule(BaseModel):
     text: str = Field(min_length=1, description="Instruction shown to the model when enabled.")
     enabled: bool = Field(description="Whether the rule is in force.")
     enforce: Enforcement | None = Field(
-        None, description="Deterministic rewrite applied to the final query when enabled."
+default=None, description="Deterministic rewrite applied to the final query when enabled."
     )
 
 
@@ -552,7 +566,7 @@ def _load_hooks(source: str, label: str) -> dict[str, Callable[..., Any]]:
     tree = _check_hooks_source(source, label)
     namespace: dict[str, Any] = {"__builtins__": _restricted_builtins(), "__name__": "spec_hooks"}
     try:
-        exec(compile(tree, label, "exec"), namespace)  # restricted, see the module docstring
+        exec(compile(tree, label, "exec"), namespace)  # noqa: S102 - restricted, see module docstring
     except Exception as exc:  # noqa: BLE001 - any load failure is a spec error
         line = _traceback_line(exc.__traceback__, label)
         raise SpecError(label, f"failed to load: {type(exc).__name__}: {exc}", line=line) from None
