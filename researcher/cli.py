@@ -117,7 +117,12 @@ def open_kg_from_options(kg: list[Path] | None, endpoint: str | None) -> Any:
 
     if bool(kg) == bool(endpoint):
         raise CLIError("give the knowledge graph either as --kg FILE (repeatable) or as --endpoint URL")
-    return open_kg(files=kg or (), endpoint=endpoint)
+    from researcher.data import probe_endpoint
+
+    graph = open_kg(files=kg or (), endpoint=endpoint)
+    if endpoint:
+        probe_endpoint(graph)
+    return graph
 
 
 @app.command()
@@ -446,7 +451,8 @@ def eval_command(
     if not qs:
         raise CLIError(f"the {split} split is empty")
     out_dir = out or traces_root / f"eval-{label}-{split}"
-    agent = WorkerAgent(spec, data.kg, _examples(data), traces_dir=out_dir, spec_version=label, spec_commit=commit)
+    agent = WorkerAgent(spec, data.kg, _examples(data), traces_dir=out_dir, spec_version=label, spec_commit=commit,
+                        dataset=data.dataset_info())
     with Progress(console=err_console, transient=True, disable=as_json) as progress:
         task = progress.add_task(f"{label} on {split}", total=len(qs))
 
@@ -482,7 +488,7 @@ def ask(
 
     data, spec, label, commit, traces_root = _load_context(spec_dir, version, questions, kg, endpoint, None)
     agent = WorkerAgent(spec, data.kg, _examples(data), traces_dir=traces_root / f"ask-{label}",
-                        spec_version=label, spec_commit=commit)
+                        spec_version=label, spec_commit=commit, dataset=data.dataset_info())
     import hashlib
 
     uid = "ask-" + hashlib.sha1(question.encode()).hexdigest()[:10]

@@ -47,6 +47,11 @@ class Data:
     def gold(self) -> dict[str, Gold]:
         return self._gold
 
+    def dataset_info(self) -> dict[str, Any]:
+        """What a worker may be told about the dataset (no questions, no answers)."""
+        return {"dataset_name": self.questions.dataset_id,
+                "default_namespace": self.questions.default_namespace}
+
     def context(self, split: str) -> dict[str, Any]:
         return {
             "dataset_id": self.questions.dataset_id,
@@ -55,6 +60,11 @@ class Data:
             "kg_fingerprint": self.kg.fingerprint,
             "n_questions": len(self.split(split)),
         }
+
+
+def probe_endpoint(graph: KnowledgeGraph) -> None:
+    """Fail fast, with one line, when a remote endpoint is unreachable (EndpointError)."""
+    graph.query("ASK { }", timeout=15)
 
 
 def load_data(
@@ -70,6 +80,8 @@ def load_data(
     """Load everything; a missing split file is created (once) and saved next to the workspace."""
     qs = load_questions(questions)
     graph = open_kg(files=kg or (), endpoint=endpoint, **({"store_dir": store_dir} if store_dir and kg else {}))
+    if endpoint:
+        probe_endpoint(graph)
     if splits is not None and splits.exists():
         sp = load_splits(splits, qs)
     else:

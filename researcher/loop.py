@@ -160,7 +160,8 @@ class Researcher:
         spec = AgentSpec.from_files(files if files is not None else self.store.files(name))
         commit = self.store.get(name).commit if files is None else None
         return WorkerAgent(spec, self.data.kg, self.examples(), model=self.worker_model,
-                           traces_dir=traces, spec_version=name, spec_commit=commit)
+                           traces_dir=traces, spec_version=name, spec_commit=commit,
+                           dataset=self.data.dataset_info())
 
     def evaluate(self, name: str, split: str, *, repeats: int = 1,
                  files: Mapping[str, str] | None = None) -> tuple[EvalReport, list[float]]:

@@ -32,12 +32,12 @@ import time
 import unicodedata
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse
@@ -58,6 +58,7 @@ __all__ = [
     "question_problem",
     "resolve_version",
     "run_server",
+    "serving",
 ]
 
 #: Answered when the agent produces no query: parses everywhere, returns no rows, scores 0.
@@ -137,7 +138,7 @@ def load_served_agent(ws: Any, version: str = "deployed", *, traces: bool = True
     meta = ws.versions.get(name)
     try:
         dataset_id = ws.data.questions.dataset_id
-    except Exception as exc:  # the KG or question file is broken: nothing to serve at all
+    except Exception as exc:
         raise ServeError(f"{ws.root}: cannot load the workspace data: {_one_line(exc)}") from exc
     traces_dir = ws.traces_dir / f"serve-{name}" if traces else None
     served = ServedAgent(dataset_id=dataset_id, version=name, commit=meta.commit, traces_dir=traces_dir,
@@ -148,7 +149,7 @@ def load_served_agent(ws: Any, version: str = "deployed", *, traces: bool = True
         agent = researcher.agent(name, traces=traces_dir)
         served.agent = agent
         served.info["strategy"] = agent.spec.config.strategy
-    except Exception as exc:  # SpecError, LLM settings, hooks: the version is not servable
+    except Exception as exc:  # noqa: BLE001 - SpecError, LLM settings, hooks: not servable
         served.problem = f"version {name} ({meta.commit[:10]}) cannot be served: {_one_line(exc)}"
     return served
 
@@ -230,13 +231,23 @@ def question_problem(name: str, value: str | None, max_chars: int) -> str | None
 
 
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
+# Function words: frequent, short, and rarely shared between the three challenge languages.
 _LANG_WORDS: dict[str, frozenset[str]] = {
-    "en": frozenset("the and is are was were who what which how many much of with for does did where when "
-                    "list give me show all an that have has by from".split()),
-    "de": frozenset("der die das und ist sind war wer was welche welcher welches wie viele von mit für "
-                    "wo wann gibt es hat haben ein eine einen dem den des im zum zur nicht alle auf".split()),
-    "es": frozenset("el la los las y es son fue quién quien qué que cuál cuáles cuántos cuántas cuánto "
-                    "de del con para por dónde donde cuándo hay tiene un una al se lo".split()),
+    "en": frozenset({
+        "the", "and", "is", "are", "was", "were", "who", "what", "which", "how", "many", "much", "of",
+        "with", "for", "does", "did", "where", "when", "list", "give", "me", "show", "all", "an", "that",
+        "have", "has", "by", "from"
+    }),
+    "de": frozenset({
+        "der", "die", "das", "und", "ist", "sind", "war", "wer", "was", "welche", "welcher", "welches",
+        "wie", "viele", "von", "mit", "für", "wo", "wann", "gibt", "es", "hat", "haben", "ein", "eine",
+        "einen", "dem", "den", "des", "im", "zum", "zur", "nicht", "alle", "auf"
+    }),
+    "es": frozenset({
+        "el", "la", "los", "las", "y", "es", "son", "fue", "quién", "quien", "qué", "que", "cuál", "cuáles",
+        "cuántos", "cuántas", "cuánto", "de", "del", "con", "para", "por", "dónde", "donde", "cuándo",
+        "hay", "tiene", "un", "una", "al", "se", "lo"
+    }),
 }
 _LANG_CHARS = {"de": "äöüß", "es": "ñ¿¡áéíóú"}
 
@@ -394,17 +405,19 @@ async def _ask(served: ServedAgent, pool: ThreadPoolExecutor, rid: str, question
     agent = served.agent
     assert agent is not None
     start = time.perf_counter()
+    future: Future[Any] | None = None
     try:
         future = pool.submit(agent.ask, question, uid=rid, lang=lang)
         result = await asyncio.wait_for(asyncio.wrap_future(future), timeout=timeout_s)
-    except TimeoutError:
-        reason = f"timeout: no answer within {timeout_s:g} s"
-        await asyncio.to_thread(_write_fallback_trace, served, rid, question, lang, "timeout", reason)
-        return FALLBACK_QUERY, "timeout", reason
-    except Exception as exc:  # the agent itself raised (WorkerAgent normally catches everything)
-        reason = f"agent error: {type(exc).__name__}: {_one_line(exc)}"
-        await asyncio.to_thread(_write_fallback_trace, served, rid, question, lang, "tool_error", reason)
-        return FALLBACK_QUERY, "tool_error", reason
+    except Exception as exc:  # noqa: BLE001 - any failure becomes the fallback answer
+        # Our time limit expired iff the agent's future is still pending (or was never started);
+        # a TimeoutError raised by the agent itself is an agent error like any other.
+        if isinstance(exc, TimeoutError) and future is not None and (not future.done() or future.cancelled()):
+            status, reason = "timeout", f"timeout: no answer within {timeout_s:g} s"
+        else:  # the agent raised (WorkerAgent normally catches everything) or the pool is shut down
+            status, reason = "tool_error", f"agent error: {type(exc).__name__}: {_one_line(exc)}"
+        await asyncio.to_thread(_write_fallback_trace, served, rid, question, lang, status, reason)
+        return FALLBACK_QUERY, status, reason
     status = str(getattr(result, "status", "answered"))
     query = getattr(result, "query", None)
     if isinstance(query, str) and query.strip():
@@ -457,7 +470,7 @@ class BackgroundServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/"
 
-    def start(self, timeout: float = 20.0) -> BackgroundServer:
+    def start(self, timeout: float = 20.0) -> Self:
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self._server.started:
@@ -472,7 +485,7 @@ class BackgroundServer:
         self._server.should_exit = True
         self._thread.join(timeout)
 
-    def __enter__(self) -> BackgroundServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -41,7 +41,8 @@ class Strategy(Protocol):
 
 
 def make_strategy(spec: "AgentSpec", tools: "Tools", examples: list[Example],
-                  model: "Model | None" = None) -> Strategy:
+                  model: "Model | None" = None, dataset: dict[str, Any] | None = None) -> Strategy:
+    """``dataset`` (optional): ``dataset_name`` and ``default_namespace`` shown to an LLM."""
     name = spec.config.strategy
     if name == "offline":
         from worker_agent.strategies.offline import OfflineStrategy
@@ -54,5 +55,5 @@ def make_strategy(spec: "AgentSpec", tools: "Tools", examples: list[Example],
             from worker_agent.llm import ModelConfig, make_model
 
             model = make_model(ModelConfig.model_validate(spec.config.model or {}))
-        return LLMAgentStrategy(spec, tools, examples, model)
+        return LLMAgentStrategy(spec, tools, examples, model, **(dataset or {}))
     raise ValueError(f"unknown strategy {name!r}")

@@ -30,21 +30,22 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from worker_agent.llm import LLMError, Message, Model, ToolCall
+from worker_agent.retrieval import Retriever, make_retriever, normalize_text
 from worker_agent.spec import PROMPT_VARIABLES, AgentSpec, HookError
 from worker_agent.strategies import Example, StrategyResult
 from worker_agent.tools import Tools
 from worker_agent.trace import Trace
 
 __all__ = [
-    "LLMAgentStrategy",
-    "SUBMIT_TOOL",
     "SUBMIT_SCHEMA",
+    "SUBMIT_TOOL",
+    "LLMAgentStrategy",
     "Shape",
-    "expected_shape",
-    "guess_language",
-    "extract_query",
     "check_result",
-    "rank_examples",
+    "expected_shape",
+    "extract_query",
+    "guess_language",
+    "select_examples",
 ]
 
 SUBMIT_TOOL = "submit_query"
@@ -83,15 +84,19 @@ ERROR, EMPTY, WRONG_SHAPE, ACCEPTED = 0, 1, 2, 3
 # Question analysis: language and expected answer shape
 # --------------------------------------------------------------------------------------------
 
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 _STOPWORDS: dict[str, frozenset[str]] = {
-    "en": frozenset("the of in is are was were what which who how many does did do and for with "
-                    "to from by all list give me show".split()),
-    "es": frozenset("el la los las de del en es son fue qué cuál cuáles quién quiénes cómo "
-                    "cuántos cuántas y por para con que una un se enumere dónde cuándo".split()),
-    "de": frozenset("der die das ist sind war wer wie viele welche welcher und von mit im für "
-                    "ein eine gib zeige".split()),
-    "fr": frozenset("le la les des du est sont était qui quel quelle quels combien et pour avec "
-                    "dans une un donne".split()),
+    "en": _words("the of in is are was were what which who how many does did do and for with "
+                    "to from by all list give me show"),
+    "es": _words("el la los las de del en es son fue qué cuál cuáles quién quiénes cómo "
+                    "cuántos cuántas y por para con que una un se enumere dónde cuándo"),
+    "de": _words("der die das ist sind war wer wie viele welche welcher und von mit im für "
+                    "ein eine gib zeige"),
+    "fr": _words("le la les des du est sont était qui quel quelle quels combien et pour avec "
+                    "dans une un donne"),
 }
 
 
@@ -238,41 +243,17 @@ def _preview_text(result: Mapping[str, Any], limit: int = 10) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _normalize(text: str) -> str:
-    return " ".join(re.findall(r"[^\W_]+", text.casefold()))
-
-
-def rank_examples(question: str, examples: Sequence[Example], k: int,
-                  method: str = "tfidf") -> list[Example]:
+def select_examples(retriever: Retriever, question: str, k: int) -> list[Example]:
     """The ``k`` training examples most similar to ``question``.
 
     An example with the very same text is skipped: when a training question is itself asked
     (e.g. evaluating on the train split), showing its gold query would only measure copying.
-    ``method``: "tfidf" (word and character n-grams, cosine) or "fuzzy" (rapidfuzz token set
-    ratio); "embeddings" falls back to tfidf because no embedding model is available offline.
     """
-    target = _normalize(question)
-    pool = [e for e in examples if _normalize(e.text) != target]
-    if k <= 0 or not pool:
+    if k <= 0:
         return []
-    if method == "fuzzy":
-        from rapidfuzz import fuzz
-
-        scores = [fuzz.token_set_ratio(target, _normalize(e.text)) / 100.0 for e in pool]
-    else:
-        scores = _tfidf_scores(question, [e.text for e in pool])
-    order = sorted(range(len(pool)), key=lambda i: (-scores[i], i))
-    return [pool[i] for i in order[:k]]
-
-
-def _tfidf_scores(query: str, documents: list[str]) -> list[float]:
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.metrics.pairwise import cosine_similarity
-
-    # Character n-grams survive typos and inflection ("employee"/"employees", es/en cognates).
-    vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4), sublinear_tf=True)
-    matrix = vectorizer.fit_transform(documents + [query])
-    return [float(s) for s in cosine_similarity(matrix[-1], matrix[:-1])[0]]
+    target = normalize_text(question)
+    hits = retriever.rank(question, k + 1)
+    return [h.example for h in hits if normalize_text(h.example.text) != target][:k]
 
 
 _PREFIX_DECL = re.compile(r"\bPREFIX\s+([A-Za-z][\w.-]*)?:\s*<([^>\s]*)>", re.IGNORECASE)
@@ -327,6 +308,10 @@ class LLMAgentStrategy:
         self.prefixes = dict(prefixes) if prefixes is not None else _declared_prefixes(
             [e.sparql for e in self.examples])
         self.tool_schemas = self._offered_tools()
+        # Built once from the training examples only: nothing else can reach a prompt. Texts are
+        # compared unmasked (masking entities would need KG lookups for every example).
+        self.retriever, self.retrieval_note = make_retriever(
+            spec.config.retrieval, self.examples, [e.text for e in self.examples])
 
     def _offered_tools(self) -> list[dict[str, Any]]:
         """The spec's enabled tools plus ``submit_query``, as neutral JSON schemas."""
@@ -398,9 +383,9 @@ class _Conversation:
 
     def _open(self) -> None:
         k = self.s.spec.config.few_shot
-        shown = rank_examples(self.question, self.s.examples, k, self.s.spec.config.retrieval)
-        self.trace.step("examples", method=self.s.spec.config.retrieval, k=k,
-                        uids=[e.uid for e in shown])
+        shown = select_examples(self.s.retriever, self.question, k)
+        self.trace.step("examples", method=self.s.retriever.name, k=k,
+                        uids=[e.uid for e in shown], note=self.s.retrieval_note)
         self.trace.step("analysis", lang=self.lang, lang_source=self.lang_source,
                         expected_shape=self.shape)
         system = Message("system", self.s.system_prompt())
@@ -443,36 +428,41 @@ class _Conversation:
         for call in calls:
             self._check_deadline()
             started = time.perf_counter()
-            text, well_formed = self._run_call(call)
+            text, well_formed, done = self._run_call(call)
             usable = usable or well_formed
             self.messages.append(Message("tool", text, tool_call_id=call.id))
             self.trace.step("tool", turn=self.turns, call_id=call.id, name=call.name,
                             arguments=call.arguments, malformed=not well_formed, result=text,
                             seconds=round(time.perf_counter() - started, 4))
+            if done is not None:
+                raise _Stop(done)
         return usable
 
-    def _run_call(self, call: ToolCall) -> tuple[str, bool]:
+    def _run_call(self, call: ToolCall) -> tuple[str, bool, StrategyResult | None]:
+        """-> (text for the model, well formed?, the final result when a submission passed)."""
         offered = [t["name"] for t in self.s.tool_schemas]
         if call.malformed:
             raw = str(call.arguments.get("_raw", ""))[:300]
             return (f"error: the arguments of {call.name} are not a JSON object ({raw!r}); "
-                    "send a JSON object matching the tool's schema"), False
+                    "send a JSON object matching the tool's schema"), False, None
         if call.name not in offered:
-            return f"error: unknown tool {call.name!r}; available tools: {', '.join(offered)}", False
+            return (f"error: unknown tool {call.name!r}; available tools: {', '.join(offered)}",
+                    False, None)
         if call.name == SUBMIT_TOOL:
             sparql = call.arguments.get("sparql")
             if not isinstance(sparql, str) or not sparql.strip() or set(call.arguments) - {"sparql"}:
                 return (f"error: bad arguments for {SUBMIT_TOOL}: expected "
-                        '{"sparql": "<the final query>"}'), False
-            return self._submit(sparql, SUBMIT_TOOL), True
+                        '{"sparql": "<the final query>"}'), False, None
+            text, done = self._submit(sparql, SUBMIT_TOOL)
+            return text, True, done
         text = self.s.tools.call(call.name, call.arguments)
         if _ARGUMENT_ERROR.match(text):
-            return text, False
+            return text, False, None
         data = _as_data(text)
         if call.name == "test_sparql" and isinstance(data, dict):
             grade, problem = check_result(data, self.shape)
             self.candidates.append(_Candidate(call.arguments["sparql"], grade, problem, "test_sparql"))
-        return self._format(call.name, data), True
+        return self._format(call.name, data), True, None
 
     def _format(self, tool: str, data: Any) -> str:
         if self.format_hook is None:
@@ -491,12 +481,14 @@ class _Conversation:
         if query is None:
             self._say(NUDGE)
             return False
-        repair = self._submit(query, "reply")
+        repair, done = self._submit(query, "reply")
+        if done is not None:
+            raise _Stop(done)
         self._say(repair)
         return True
 
-    def _submit(self, sparql: str, source: str) -> str:
-        """Verify a final query; stops the conversation when it passes, else returns repair.j2."""
+    def _submit(self, sparql: str, source: str) -> tuple[str, StrategyResult | None]:
+        """Verify a final query -> (repair.j2 text, None), or (a receipt, the final result)."""
         try:
             final = self._finalize(sparql)
         except HookError as exc:
@@ -511,8 +503,8 @@ class _Conversation:
         self.trace.step("verify", turn=self.turns, source=source, query=ran, grade=grade,
                         accepted=problem is None, problem=problem, result=result)
         if problem is None:
-            raise _Stop(StrategyResult(ran, "answered", extra=self._extra()))
-        return self.s.repair_prompt(self.question, final, problem, _preview_text(result))
+            return "accepted", StrategyResult(ran, "answered", extra=self._extra())
+        return self.s.repair_prompt(self.question, final, problem, _preview_text(result)), None
 
     def _finalize(self, sparql: str) -> str:
         """The query as the worker will deliver it: rule enforcements, then postprocess_query."""
