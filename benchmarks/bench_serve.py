@@ -25,7 +25,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from researcher.serve import FALLBACK_HEADER, BackgroundServer, create_app, deploy
+from researcher.serve import FALLBACK_HEADER, STATUS_HEADER, BackgroundServer, create_app, deploy
 from researcher.workspace import init_workspace
 
 
@@ -48,7 +48,7 @@ def _client(url: str, dataset: str, questions: list[str], offset: int, stop_at: 
                 r = http.get(url, params={"question": question, "dataset": dataset})
                 kind = "ok" if r.status_code == 200 and r.json().get("query") else f"http_{r.status_code}"
                 if kind == "ok" and FALLBACK_HEADER in r.headers:
-                    kind = "fallback"
+                    kind = f"fallback:{r.headers.get(STATUS_HEADER, '?')}"
             except (httpx.HTTPError, ValueError) as exc:
                 kind = f"error_{type(exc).__name__}"
             elapsed = time.perf_counter() - start
@@ -79,7 +79,8 @@ def run(seconds: float, clients: int, workers: int, timeout_s: float) -> dict[st
             for t in threads:
                 t.join()
             wall = time.perf_counter() - start
-    errors = sum(n for kind, n in outcomes.items() if kind not in ("ok", "fallback"))
+    fallbacks = sum(n for kind, n in outcomes.items() if kind.startswith("fallback:"))
+    errors = sum(outcomes.values()) - outcomes.get("ok", 0) - fallbacks
     return {
         "seconds": round(wall, 2),
         "clients": clients,
@@ -94,7 +95,7 @@ def run(seconds: float, clients: int, workers: int, timeout_s: float) -> dict[st
             "max": round(max(latencies) * 1000, 1) if latencies else None,
         },
         "errors": errors,
-        "fallbacks": outcomes.get("fallback", 0),
+        "fallbacks": fallbacks,
         "outcomes": dict(outcomes),
     }
 
@@ -115,7 +116,7 @@ def main() -> int:
         print(f"{out['requests']} requests in {out['seconds']} s from {out['clients']} clients "
               f"({out['workers']} agent threads): {out['throughput_rps']} req/s")
         print(f"latency ms: p50 {lat['p50']}  p95 {lat['p95']}  p99 {lat['p99']}  mean {lat['mean']}  max {lat['max']}")
-        print(f"errors: {out['errors']}  fallback answers: {out['fallbacks']}  outcomes: {out['outcomes']}")
+        print(f"errors: {out['errors']}  fallback answers (agent found no query or timed out): {out['fallbacks']}  outcomes: {out['outcomes']}")
     return 1 if out["errors"] else 0
 
 

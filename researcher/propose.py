@@ -241,12 +241,16 @@ class OfflineSearchProposer:
                 tried: Sequence[str]) -> Proposal:
         signals = failure_signals(analysis)
         tried_set = set(tried)
+        # An edit rejected from another parent may still help here, but is worth less: try it later.
+        rejected_elsewhere = {h.get("feature") for h in analysis.get("history") or []
+                              if h.get("status") in ("rejected", "invalid")}
         rng = random.Random(f"{self.seed}:{analysis.get('version')}:{len(tried_set)}")
         ranked = []
         for edit in candidate_edits(files):
             if edit.key in tried_set:
                 continue
-            ranked.append((edit.score(signals) + rng.random() * 1e-3, edit))
+            penalty = 0.3 if edit.key in rejected_elsewhere else 1.0
+            ranked.append((edit.score(signals) * penalty + rng.random() * 1e-3, edit))
         if not ranked:
             raise ProposalError(f"offline search exhausted: every edit from {analysis.get('version')} was tried")
         ranked.sort(key=lambda x: -x[0])

@@ -321,6 +321,29 @@ def test_real_agent_answers_like_evaluation(demo_ws: Workspace) -> None:
     assert trace["spec_version"] == "v1" and trace["status"] is not None
 
 
+def test_real_agent_concurrent_answers_equal_sequential(demo_ws: Workspace) -> None:
+    """The shared KG, label index and agent give the same queries under concurrency."""
+    dataset = demo_ws.data.questions.dataset_id
+    questions = [q.text for q in demo_ws.data.split("validation")]
+    with BackgroundServer(create_app(demo_ws, max_workers=8)) as server, httpx.Client(timeout=30) as http:
+        sequential = {q: http.get(server.url, params={"question": q, "dataset": dataset}).json()["query"]
+                      for q in questions}
+        concurrent: list[tuple[str, int, str]] = []
+
+        def send(q: str) -> None:
+            with httpx.Client(timeout=30) as own:
+                r = own.get(server.url + "text2sparql", params={"question": q, "dataset": dataset})
+                concurrent.append((q, r.status_code, r.json()["query"]))
+
+        threads = [threading.Thread(target=send, args=(q,)) for q in questions * 3]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(concurrent) == 3 * len(questions)
+    assert all(status == 200 and query == sequential[q] for q, status, query in concurrent)
+
+
 # ------------------------------------------------------------------------------------ conformance
 
 TEXT2SPARQL = shutil.which("text2sparql")

@@ -388,6 +388,9 @@ class Slot:
     types: tuple[str, ...] = ()
     in_triples: bool = False  # occurs in a triple pattern (relaxable)
     in_raw: bool = False  # occurs outside triple patterns (FILTER, VALUES, LIMIT, ...)
+    # An *implicit* class: named by the question, present in the query only as the range
+    # ("o") or domain ("s") of the predicate in ``toks``; filling it re-links that predicate.
+    side: Literal["s", "o"] | None = None
 
     @property
     def rank_key(self) -> int:
@@ -409,6 +412,7 @@ class Template:
     projection: list[str] = field(default_factory=list)  # plain projected variables
     aggregate: bool = False
     slots: list[Slot] = field(default_factory=list)
+    features: frozenset[str] = frozenset()  # ASK, COUNT, ORDER, LIMIT, FILTER, HAVING, ...
     polarity: int = 0  # superlative direction of the training question (+1 most, -1 least)
     comparison: int = 0  # comparison direction of the training question (+1 more, -1 less)
 
@@ -464,6 +468,8 @@ def parse_template(example: Example) -> Template:
             tpl.projection.append(tok.text)
         elif tok.upper in ("COUNT", "SUM", "AVG", "MIN", "MAX", "GROUP_CONCAT", "SAMPLE"):
             tpl.aggregate = True
+    words = {p.upper for p in pieces if isinstance(p, Tok) and p.kind == "word"}
+    tpl.features = frozenset(words & {"ASK", "COUNT", "ORDER", "LIMIT", "FILTER", "HAVING", "GROUP", "OPTIONAL"})
     if tpl.aggregate and not tpl.projection:  # SELECT (COUNT(?x) AS ?n): the counted variable
         inner = [t.text for t in head if t.kind == "var"]
         tpl.projection = inner[:1]
@@ -864,11 +870,13 @@ class OfflineStrategy:
             slot.toks.append(tok)
             slot.in_triples |= triple is not None
             slot.in_raw |= triple is None
+        text = tpl.example.text
+        spans = self._example_links(text)
         used: list[tuple[int, int]] = []
         # Entities first: their labels are the most specific evidence of where a mention is.
         order = {"entity": 0, "string": 1, "number": 2, "class": 3, "property": 4}
         for slot in sorted(by_value.values(), key=lambda s: order[s.kind]):
-            slot.mention = self._example_mention(slot, tpl.example.text, used)
+            slot.mention = self._example_mention(slot, text, used, spans)
             if slot.kind in ("entity", "class", "property") and self.tools.index is not None:
                 slot.types = tuple(self.tools.index.types(slot.value))
             if slot.mention is not None:
@@ -876,11 +884,43 @@ class OfflineStrategy:
             elif slot.kind == "property":
                 continue  # an unmentioned predicate is part of the template's fixed wording
             tpl.slots.append(slot)
+        if tpl.structured:
+            tpl.slots += self._implicit_classes(tpl, spans, used)
         tpl.slots.sort(key=lambda s: (s.rank_key, s.kind))
-        tpl.polarity = superlative_polarity(tpl.example.text)
+        tpl.polarity = superlative_polarity(text)
         number = next((s for s in tpl.slots if s.kind == "number" and s.mention), None)
-        tpl.comparison = comparison_direction(tpl.example.text,
-                                              number.mention[0] if number and number.mention else None)
+        tpl.comparison = comparison_direction(text, number.mention[0] if number and number.mention else None)
+
+    def _implicit_classes(self, tpl: Template, spans: Sequence[Span], used: list[tuple[int, int]]) -> list[Slot]:
+        """Classes the training question names that the query expresses only through a
+        predicate's range or domain ("Which *publishers* ..." -> ``?book do:publishedBy ?result``)."""
+        explicit = {s.value for s in tpl.slots if s.kind == "class"}
+        out: list[Slot] = []
+        for span in spans:
+            if any(a < span.end and span.start < b for a, b in used):
+                continue
+            classes = [c.iri for c in span.candidates if _candidate_kind(c) == "class" and c.iri not in explicit]
+            slot = self._implicit_slot(tpl, classes[:3])
+            if slot is not None:
+                slot.mention = (span.start, span.end)
+                used.append(slot.mention)
+                out.append(slot)
+        return out
+
+    def _implicit_slot(self, tpl: Template, classes: Sequence[str]) -> Slot | None:
+        for triple in tpl.triples:
+            if triple.is_type() or len(triple.p) != 1 or triple.p[0].kind not in ("iri", "pname"):
+                continue
+            pred = _expand(triple.p[0], tpl.prefixes)
+            info = self._ontology_of(pred) if pred else None
+            if info is None:
+                continue
+            for cls in classes:
+                if triple.o_var and cls in {r.iri for r in info.range}:
+                    return Slot("class", cls, [triple.p[0]], types=(cls,), in_triples=True, side="o")
+                if triple.s_var and cls in {d.iri for d in info.domain}:
+                    return Slot("class", cls, [triple.p[0]], types=(cls,), in_triples=True, side="s")
+        return None
 
     def _slot_of(self, tok: Tok, role: str, tpl: Template) -> tuple[str, str] | None:
         if tok.kind in ("iri", "pname"):
@@ -904,7 +944,14 @@ class OfflineStrategy:
         types = set(self.tools.index.types(iri)) if self.tools.index is not None else set()
         return bool(types & _SCHEMA_TYPES)
 
-    def _example_mention(self, slot: Slot, text: str, used: list[tuple[int, int]]) -> tuple[int, int] | None:
+    def _example_links(self, text: str) -> list[Span]:
+        """Mentions in a training question, linked permissively: the gold query says which
+        entity is meant, so only where it is mentioned is in question (rules do not apply)."""
+        return self.tools.match_spans(text, threshold=min(self.threshold, 80.0), k=max(self.k, 20),
+                                      fold_accents=True, surname=True)
+
+    def _example_mention(self, slot: Slot, text: str, used: list[tuple[int, int]],
+                         spans: Sequence[Span]) -> tuple[int, int] | None:
         """Where the training question names the slot's value, if it does."""
         def free(start: int, end: int) -> bool:
             return all(end <= a or start >= b for a, b in used)
@@ -912,14 +959,17 @@ class OfflineStrategy:
         if slot.kind == "number":
             return next(((m.start, m.end) for m in find_numbers(text)
                          if _same_number(m.value, slot.value) and free(m.start, m.end)), None)
+        if slot.kind != "string":
+            for span in spans:
+                if any(c.iri == slot.value for c in span.candidates) and free(span.start, span.end):
+                    return (span.start, span.end)
         forms = [slot.value] if slot.kind == "string" else self._surface_forms_of(slot.value)
         folded = _norm(text, True)
-        best: tuple[float, int, int] | None = None
         for form in forms:
             f = _norm(form, True).strip()
             if len(f) < 2:
                 continue
-            for m in re.finditer(re.escape(f), folded):
+            for m in re.finditer(rf"(?<!\w){re.escape(f)}", folded):
                 if free(m.start(), m.end()):
                     return _snap(folded, m.start(), m.end())
             acronym = "".join(w[0] for w in tokenize(form) if w not in STOPWORDS)
@@ -927,11 +977,12 @@ class OfflineStrategy:
                 m2 = re.search(rf"\b{re.escape(acronym)}\b", folded)
                 if m2 and free(m2.start(), m2.end()):
                     return (m2.start(), m2.end())
-            al = fuzz.partial_ratio_alignment(f, folded)
-            if al is not None and al.score >= 80 and free(al.dest_start, al.dest_end):
-                if best is None or al.score > best[0]:
-                    best = (al.score, al.dest_start, al.dest_end)
-        return _snap(folded, best[1], best[2]) if best is not None else None
+        if slot.kind == "string":
+            for form in forms:
+                al = fuzz.partial_ratio_alignment(_norm(form, True), folded)
+                if al is not None and al.score >= 90 and free(al.dest_start, al.dest_end):
+                    return _snap(folded, al.dest_start, al.dest_end)
+        return None
 
     def _surface_forms_of(self, iri: str) -> list[str]:
         forms = [self.tools.label(iri), local_name_surface(iri)]
@@ -953,8 +1004,10 @@ class OfflineStrategy:
             base = self._substitute(tpl, q, fills)
             if base is None:
                 continue
-            for shaped in self._shape(base, q):
-                yield from self._typed(shaped, q)
+            measured = self._measured(base, q) if tpl.structured else None
+            for adapted in ([measured] if measured else []) + [base]:
+                for shaped in self._shape(adapted, q):
+                    yield from self._typed(shaped, q)
 
     def _assign(self, tpl: Template, q: _Question) -> list[dict[Slot, str | None]]:
         """Fillers for the mentioned slots, best assignment first. A filler is an IRI or a
@@ -1040,6 +1093,15 @@ class OfflineStrategy:
                 continue
             if value == slot.value:
                 continue
+            if slot.side is not None:  # implicit class: re-link the predicate that implied it
+                pred = self._implicit_relink(slot, value, tpl, q)
+                if pred is None:
+                    continue
+                for tok in toks:
+                    tok.text, tok.kind = f"<{pred}>", "iri"
+                variant.notes.append(f"class {_short(slot.value)} -> {_short(value)} "
+                                     f"(predicate -> {_short(pred)})")
+                continue
             for tok in toks:
                 if slot.kind in ("entity", "class", "property"):
                     tok.text, tok.kind = f"<{value}>", "iri"
@@ -1055,6 +1117,56 @@ class OfflineStrategy:
         _flip_polarity(variant, q.text)
         _flip_comparison(variant, q.text, fills)
         return variant
+
+    def _implicit_relink(self, slot: Slot, cls: str, tpl: Template, q: _Question) -> str | None:
+        """The predicate that connects the same kind of thing to ``cls`` as the template's
+        predicate connected to ``slot.value`` ("published by" a Publisher -> "genre" a Genre)."""
+        current = _expand(slot.toks[0], tpl.prefixes)
+        if current is None:
+            return None
+        direction = "in" if slot.side == "o" else "out"
+        found = [(p.iri, p.count) for p in getattr(self._ontology_of(cls), "predicates", [])
+                 if p.direction == direction]
+        other_end = "domain" if slot.side == "o" else "range"
+        want = {i.iri for i in getattr(self._ontology_of(current), other_end, [])}
+        fitting = [(p, n) for p, n in found
+                   if want & {i.iri for i in getattr(self._ontology_of(p), other_end, [])}]
+        ranked = self._rank_predicates(fitting or found, current, q, same_kind=False)
+        return ranked[0] if ranked else None
+
+    def _measured(self, variant: Variant, q: _Question) -> Variant | None:
+        """A variant whose ordered or compared property is re-linked when the question's wording
+        points to another property of the same subject ("the shortest book" adapted from "the
+        highest-rated book": rating -> page count)."""
+        pieces = variant.pieces
+        close = _where_close(pieces)
+        tail = [p.text for p in pieces[close + 1:] if isinstance(p, Tok) and p.kind == "var"]
+        compared = [a.text for a, b in zip(pieces, pieces[1:]) if isinstance(a, Tok) and a.kind == "var"
+                    and isinstance(b, Tok) and b.text in (">", "<", ">=", "<=")]
+        targets = tail + compared
+        for i, piece in enumerate(pieces):
+            if not (isinstance(piece, Triple) and piece.o_var in targets and piece.s_var and len(piece.p) == 1):
+                continue
+            current = _expand(piece.p[0], variant.tpl.prefixes)
+            cls = _var_class(pieces, piece.s_var)
+            if current is None or cls is None:
+                continue
+            found = self._class_predicates(cls)
+            ranked = self._rank_predicates(found, current, q, old_weight=0.0)
+            if not ranked:
+                continue
+            best = ranked[0]
+            if self._wording(best, q, current, 0.0) < 80 or self._wording(best, q, current, 0.0) <= \
+                    self._wording(current, q, current, 0.0) + 10:
+                continue
+            if any(p == current for p, _ in found) and self._wording(current, q, current, 0.0) >= 80:
+                continue
+            out = variant.fork(f"measured property {local_name(current)} -> {local_name(best)}")
+            t = out.pieces[i]
+            assert isinstance(t, Triple)
+            t.p = [Tok("iri", f"<{best}>")]
+            return out
+        return None
 
     # ---------------------------------------------------------------- shape (ASK / COUNT)
 
@@ -1208,26 +1320,33 @@ class OfflineStrategy:
                 out.append(fixed)
         return out
 
-    def _rank_predicates(self, found: list[tuple[str, int]], current: str, q: _Question) -> list[str]:
-        """Same kind of value as ``current``; ontology namespace first when the rule is on; then
-        wording closest to the question (with superlative hints) or to ``current``; then usage."""
+    def _rank_predicates(self, found: list[tuple[str, int]], current: str, q: _Question, *,
+                         same_kind: bool = True, old_weight: float = 0.8) -> list[str]:
+        """Candidate predicates for ``current``: the same kind of value (unless ``same_kind`` is
+        off); ontology namespace first when that rule is on; then wording closest to the question
+        (with hints for superlative adjectives) or to ``current``; then usage."""
         ns = current[: len(current) - len(local_name(current))]
-        want = self._value_kind(current)
-        words = set(q.words) | {h for w in q.words for h in _HINTS.get(w, ())}
-        old = set(tokenize(_split_camel(local_name(current))))
+        want = self._value_kind(current) if same_kind else None
 
-        def key(item: tuple[str, int]) -> tuple[float, float, float]:
+        def key(item: tuple[str, int]) -> tuple[float, float, float, str]:
             iri, count = item
-            names = set(tokenize(_split_camel(self.tools.label(iri) or local_name(iri))))
-            names |= set(tokenize(_split_camel(local_name(iri))))
-            lex = max((fuzz.ratio(w, x) for w in words for x in names if len(x) > 2), default=0.0)
-            lex = max(lex, 0.8 * max((fuzz.ratio(w, x) for w in old for x in names if len(x) > 2), default=0.0))
             in_ns = 1.0 if self.on("ontology_namespace") and iri.startswith(ns) else 0.0
-            return (-in_ns, -lex, -count)
+            return (-in_ns, -self._wording(iri, q, current, old_weight), -count, iri)
 
         usable = [p for p in found if p[0] not in (current, RDF_TYPE)
                   and (want is None or self._value_kind(p[0]) in (None, want))]
         return [p for p, _ in sorted(usable, key=key)]
+
+    def _wording(self, iri: str, q: _Question, current: str, old_weight: float) -> float:
+        """0-100: how close a predicate's name is to the question's words (or to ``current``)."""
+        names = {x for x in tokenize(_split_camel(self.tools.label(iri) or "")) if len(x) > 2}
+        names |= {x for x in tokenize(_split_camel(local_name(iri))) if len(x) > 2}
+        words = set(q.words) | {h for w in q.words for h in _HINTS.get(w, ())}
+        lex = max((fuzz.ratio(w, x) for w in words for x in names), default=0.0)
+        if old_weight:
+            old = set(tokenize(_split_camel(local_name(current))))
+            lex = max(lex, old_weight * max((fuzz.ratio(w, x) for w in old for x in names), default=0.0))
+        return lex
 
     def _value_kind(self, predicate: str) -> str | None:
         """iri | number | date | string: what the predicate's values are (from the KG)."""

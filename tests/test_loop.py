@@ -1,0 +1,186 @@
+"""The researcher loop on the bundled demo dataset: versions, ledger, gates, resume, sealing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from researcher.analysis import SealedSplitError, build_analysis
+from researcher.cli import app
+from researcher.loop import Researcher, check_leak, gold_tokens, paired_decision
+from researcher.propose import Proposal, unified_diff
+from researcher.workspace import WorkspaceError, find_workspace, init_workspace
+
+runner = CliRunner()
+
+
+@pytest.fixture()
+def ws(tmp_path: Path):
+    return init_workspace(tmp_path / "ws")
+
+
+def fixed_proposer(*proposals: Proposal):
+    class Fixed:
+        name = "fixed"
+
+        def __init__(self) -> None:
+            self.queue = list(proposals)
+            self.seen: list[dict] = []
+
+        def propose(self, files, analysis, tried):
+            self.seen.append(analysis)
+            return self.queue.pop(0)
+
+    return Fixed()
+
+
+def test_paired_decision():
+    best = {"a": 0.0, "b": 1.0, "c": 0.5}
+    assert paired_decision({"a": 1.0, "b": 1.0, "c": 0.5}, best).accepted
+    assert not paired_decision(dict(best), best).accepted
+    mixed = paired_decision({"a": 1.0, "b": 0.5, "c": 0.5}, best)  # gain > 0 but 1 win vs 1 loss
+    assert not mixed.accepted and "worsened 1" in mixed.reason
+    assert not paired_decision({"a": 0.6, "b": 0.0, "c": 0.5}, best).accepted
+    assert not paired_decision({"a": 0.2, "b": 1.0, "c": 0.5}, best, min_gain=0.1).accepted
+    noisy = paired_decision({"a": 1.0, "b": 1.0, "c": 0.5}, best, candidate_repeats=[0.5, 0.9, 0.2],
+                            best_repeats=[0.5, 0.4, 0.6])
+    assert not noisy.accepted and "CI" in noisy.reason
+
+
+def test_loop_improves_the_demo_and_records_everything(ws):
+    summary = Researcher(ws).run(iterations=5)
+    records = ws.ledger.versions()
+    names = [r.version for r in records]
+    assert names == [v.name for v in ws.versions.versions()]  # every version recorded once
+    assert records[0].status == "baseline"
+    statuses = {r.status for r in records[1:]}
+    assert "accepted" in statuses and "rejected" in statuses
+    assert summary.best_validation > summary.baseline_validation
+    assert ws.versions.marked("best") == summary.best
+    # features are derived from the spec, scores tied to their eval context
+    assert any(k.startswith("rule:") for k in records[0].features)
+    ctx = records[0].eval_context
+    assert ctx.split == "validation" and ctx.kg_fingerprint
+    # the sealed test evaluation is recorded as an event, not as per-question outcomes
+    test_events = ws.ledger.events("test_evaluation")
+    assert test_events and test_events[-1].version == summary.best
+    test_uids = {q.uid for q in ws.data.split("test")}
+    for r in records:
+        assert not set(r.outcomes) & test_uids
+
+
+def test_proposer_never_sees_the_test_split(ws):
+    seed = ws.versions.files("v1")
+    proposer = fixed_proposer(Proposal("noop edit", "why", "prompt:noop", unified_diff(seed, {
+        **seed, "prompts/repair.j2": seed["prompts/repair.j2"] + "\n"}), "fixed"))
+    Researcher(ws, proposer=proposer).run(iterations=1, final_test=False)
+    blob = json.dumps(proposer.seen, default=str)
+    for q in ws.data.split("test"):
+        assert q.uid not in blob and q.text not in blob
+        if q.sparql:
+            assert q.sparql.strip() not in blob
+    with pytest.raises(SealedSplitError):
+        build_analysis(version="v1", results=[{"uid": next(iter(q.uid for q in ws.data.split("test")))}],
+                       summary={}, sealed_uids={q.uid for q in ws.data.split("test")})
+
+
+def test_gates_record_invalid_candidates(ws):
+    seed = ws.versions.files("v1")
+    bad_yaml = {**seed, "agent.yaml": seed["agent.yaml"].replace("few_shot: 1", "few_shot: many")}
+    outside = "--- a/../../etc/passwd\n+++ b/../../etc/passwd\n@@ -1 +1 @@\n-x\n+y\n"
+    val_q = ws.data.split("validation")[0]
+    gold = ws.data.gold()[val_q.uid]
+    leaked = [a for a in (gold.answers or {}) if len(a) > 8][:1] or ["<http://example.org/none>"]
+    leak_files = {**seed, "prompts/system.j2": seed["prompts/system.j2"] + f"\n{{# hint: {leaked[0]} #}}\n"}
+    proposer = fixed_proposer(
+        Proposal("break yaml", "r", "bad:yaml", unified_diff(seed, bad_yaml), "fixed"),
+        Proposal("escape", "r", "bad:path", outside, "fixed"),
+        Proposal("leak", "r", "bad:leak", unified_diff(seed, leak_files), "fixed"),
+    )
+    summary = Researcher(ws, proposer=proposer).run(iterations=3, final_test=False)
+    assert summary.invalid == 3
+    reasons = [e.data["reason"] for e in ws.ledger.events("invalid_proposal")]
+    assert "spec does not validate" in reasons[0] and "few_shot" in reasons[0]
+    assert "diff does not apply" in reasons[1]
+    if leaked[0].startswith("<http://example.org"):
+        pytest.skip("no long validation answer to leak in this split")
+    assert reasons[2].startswith("leak")
+    assert [v.name for v in ws.versions.versions()] == ["v1"]  # nothing committed for invalid ones
+
+
+def test_leak_guard_tokens():
+    train = gold_tokens(["SELECT ?x WHERE { ?x <http://ex.org/p> <http://ex.org/A> }"], [{"http://ex.org/A": 1}])
+    sealed = gold_tokens(["SELECT ?x WHERE { ?x <http://ex.org/p> <http://ex.org/B> }"], [{"Secret Answer": 1}])
+    assert check_leak("+++ b/x\n+uses <http://ex.org/p> only\n", sealed, train) is None
+    assert check_leak("+++ b/x\n+mention <http://ex.org/B>\n", sealed, train)
+    assert check_leak("+++ b/x\n+the Secret Answer\n", sealed, train)
+
+
+def test_resume_records_committed_but_unrecorded_versions(ws):
+    r = Researcher(ws)
+    r.ensure_baseline()
+    seed = ws.versions.files("v1")
+    files = {**seed, "rules.yaml": seed["rules.yaml"].replace(
+        "- id: surname_linking\n  enabled: false", "- id: surname_linking\n  enabled: true")}
+    assert files != seed
+    ws.versions.create(files, parent="v1", summary="crash after commit", rationale="r", feature="rule:surname_linking=on")
+    done = Researcher(ws).reconcile()
+    assert done == ["v2"]
+    assert [x.version for x in ws.ledger.versions()] == ["v1", "v2"]
+    assert Researcher(ws).reconcile() == []  # idempotent: no duplicates
+
+
+def test_kill_minus_9_then_resume(tmp_path):
+    ws = init_workspace(tmp_path / "ws")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "researcher", "loop", "-n", "40", "--patience", "40", "--no-test"],
+                            cwd=ws.root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:  # wait until it has committed a few candidates
+        if len(ws.versions.__class__(ws.versions_dir).versions()) >= 3:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    result = subprocess.run([sys.executable, "-m", "researcher", "loop", "-n", "1", "--no-test", "--json"],
+                            cwd=ws.root, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    fresh = find_workspace(ws.root)
+    recorded = [r.version for r in fresh.ledger.versions()]
+    committed = [v.name for v in fresh.versions.versions()]
+    assert recorded == committed and len(recorded) == len(set(recorded))
+    assert not fresh.versions.is_dirty()
+
+
+def test_one_loop_per_workspace(ws):
+    with ws.lock():
+        with pytest.raises(WorkspaceError, match="lock"):
+            with find_workspace(ws.root).lock():
+                pass
+
+
+def test_cli_outside_a_workspace(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["log"])
+    assert result.exit_code == 1
+    assert "not inside a researcher workspace" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_cli_review_commands(ws, monkeypatch):
+    monkeypatch.chdir(ws.root)
+    Researcher(ws).run(iterations=2, final_test=False)
+    for args in (["log"], ["ledger"], ["ledger", "--format", "csv"], ["ledger", "--format", "json"],
+                 ["show", "v2"], ["diff", "v1", "v2"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, (args, result.output)
+    assert "+++ b/" in runner.invoke(app, ["diff", "v1", "v2"]).output
+    assert runner.invoke(app, ["show", "v99"]).exit_code == 1
