@@ -720,6 +720,7 @@ class OfflineStrategy:
         self._ontology: dict[str, Any] = {}
         self._pred_values: dict[str, list[tuple[str, int]]] = {}
         self._labels = set(tools.index.predicates) if tools.index is not None else set()
+        self._classes: dict[str, str] | None = None
         masked = [self.mask(e.text, self.link(e.text)) for e in self.examples]
         self.retriever: Retriever
         self.retriever, self.retrieval_note = make_retriever(cfg.retrieval, self.examples, masked)
@@ -736,6 +737,7 @@ class OfflineStrategy:
         spans = self.tools.match_spans(text, threshold=self.threshold, k=self.k,
                                        fold_accents=fold, surname=surname)
         spans = self._refine(text, spans, fold, surname)
+        spans = sorted(spans + self._plural_classes(text, spans), key=lambda sp: sp.start)
         links = []
         for span in spans:
             cands = [c for c in span.candidates if surname or not _partial_person(span, c)]
@@ -769,6 +771,36 @@ class OfflineStrategy:
                                        fold_accents=fold, surname=surname)
         extra = [Span(s.start, s.end, text[s.start:s.end], s.candidates) for s in extra]
         return sorted(refined + extra, key=lambda s: s.start)
+
+    def _plural_classes(self, text: str, spans: Sequence[Span]) -> list[Span]:
+        """Class names in irregular plurals the fuzzy matcher misses ("cities", "libraries")."""
+        labels = self._class_labels()
+        out = []
+        for m in re.finditer(r"[^\W\d_]{4,}", text):
+            if any(sp.start < m.end() and m.start() < sp.end for sp in spans):
+                continue
+            word = m.group().casefold()
+            for singular in _singulars(word):
+                cls = labels.get(singular)
+                if cls is not None:
+                    out.append(Span(m.start(), m.end(), m.group(), [Candidate(
+                        cls, self.tools.label(cls) or singular, [OWL + "Class"], 100.0, 0, singular)]))
+                    break
+        return out
+
+    def _class_labels(self) -> dict[str, str]:
+        if self._classes is None:
+            try:
+                items = self.tools.classes()
+            except KGError:
+                items = []
+            labels: dict[str, str] = {}
+            for item in items:
+                for name in (item.label, local_name_surface(item.iri)):
+                    if name and " " not in name.strip():
+                        labels.setdefault(name.strip().casefold(), item.iri)
+            self._classes = labels
+        return self._classes
 
     @staticmethod
     def mask(text: str, links: Sequence[Link]) -> str:
@@ -838,10 +870,33 @@ class OfflineStrategy:
         if self.few_shot <= 0:
             return []
         hits = self.retriever.rank(self.mask(q.text, q.links))
+        expected = self._expected_features(q)
+        if expected:
+            def fit(hit: Hit) -> float:
+                tpl = self.template(hit.example)
+                have = tpl.features if isinstance(tpl, Template) else frozenset()
+                return hit.score + 0.1 * len(expected & have) - 0.1 * len(_EXCLUSIVE & (have - expected))
+            hits = sorted(hits, key=lambda h: (-round(fit(h), 9), h.example.uid))
         if q.kind == "boolean" and self.on("ask_for_yes_no"):
             asks = [h for h in hits if self._form(h.example) == "ASK"]
             hits = asks + [h for h in hits if self._form(h.example) != "ASK"]
         return hits[: self.few_shot]
+
+    def _expected_features(self, q: _Question) -> frozenset[str]:
+        """Query features the question's wording calls for: superlatives -> ORDER/LIMIT,
+        comparisons with a number -> FILTER (HAVING when a class is counted: "more than 30
+        books"); counts -> COUNT when expected_shape is on."""
+        out: set[str] = set()
+        if superlative_polarity(q.text):
+            out |= {"ORDER", "LIMIT"}
+        numbers = find_numbers(q.text)
+        if numbers and comparison_direction(q.text, numbers[0].start):
+            after = [l for l in q.links if l.start >= numbers[0].end and l.kind_candidates("class")]
+            counted = bool(after) and after[0].start - numbers[0].end <= 12
+            out.add("HAVING" if counted else "FILTER")
+        if q.kind == "count" and self.on("expected_shape"):
+            out.add("COUNT")
+        return frozenset(out)
 
     def _form(self, example: Example) -> str:
         tpl = self.template(example)
@@ -1148,18 +1203,17 @@ class OfflineStrategy:
             if not (isinstance(piece, Triple) and piece.o_var in targets and piece.s_var and len(piece.p) == 1):
                 continue
             current = _expand(piece.p[0], variant.tpl.prefixes)
-            cls = _var_class(pieces, piece.s_var)
+            cls = _var_class(pieces, piece.s_var, variant.tpl.prefixes)
             if current is None or cls is None:
                 continue
             found = self._class_predicates(cls)
             ranked = self._rank_predicates(found, current, q, old_weight=0.0)
             if not ranked:
                 continue
-            best = ranked[0]
-            if self._wording(best, q, current, 0.0) < 80 or self._wording(best, q, current, 0.0) <= \
-                    self._wording(current, q, current, 0.0) + 10:
-                continue
-            if any(p == current for p, _ in found) and self._wording(current, q, current, 0.0) >= 80:
+            best = max(ranked, key=lambda p: (self._wording(p, q, current, 0.0), -ranked.index(p)))
+            score = self._wording(best, q, current, 0.0)
+            now = self._wording(current, q, current, 0.0) if any(p == current for p, _ in found) else -1.0
+            if score < 80 or score <= now + 10:
                 continue
             out = variant.fork(f"measured property {local_name(current)} -> {local_name(best)}")
             t = out.pieces[i]
@@ -1210,7 +1264,7 @@ class OfflineStrategy:
         if self.on("answer_type_constraint") and tpl.form == "SELECT" and var and not tpl.aggregate \
                 and variant.render().count("COUNT(") == 0:
             cls = _asked_class(q.text, q.links)
-            if cls and _var_class(variant.pieces, var) != cls:
+            if cls and _var_class(variant.pieces, var, tpl.prefixes) != cls:
                 typed = variant.fork(f"answer typed {local_name(cls)}")
                 typed.typed = True
                 open_ = _where_open(typed.pieces, _form_index(typed.pieces) or 0)
@@ -1308,7 +1362,7 @@ class OfflineStrategy:
                 found = self._entity_predicates(piece.s[0].text[1:-1], "out")
             elif piece.o[0].kind == "string":
                 found = self._value_predicates(piece.o[0].text)
-            elif piece.s_var and (cls := _var_class(variant.pieces, piece.s_var)) is not None:
+            elif piece.s_var and (cls := _var_class(variant.pieces, piece.s_var, prefixes)) is not None:
                 found = self._class_predicates(cls)
             if not found or any(p == current for p, _ in found):
                 continue
@@ -1583,33 +1637,52 @@ def _requote(token: str, value: str) -> str:
     return f'"{escaped}"{suffix}'
 
 
+def _singulars(word: str) -> list[str]:
+    out = [word]
+    if word.endswith("ies"):
+        out.append(word[:-3] + "y")
+    if word.endswith(("ses", "xes", "ches", "shes")):
+        out.append(word[:-2])
+    if word.endswith("s"):
+        out.append(word[:-1])
+    return out
+
+
 def _split_camel(text: str) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", text)
 
 
 def _align_string(example_text: str, slot: Slot, question: str) -> Mention | None:
-    """The words of ``question`` standing where the training question names the slot."""
+    """The words of ``question`` standing where the training question names the slot: the
+    question is aligned word by word with the training question. A capitalized mention must be
+    replaced by capitalized words ("the word Winter" -> "Public"), at most three of them."""
     assert slot.mention is not None
     ex_words = [(m.start(), m.end(), normalize_text(m.group())) for m in re.finditer(r"[^\W_]+", example_text)]
     q_words = [(m.start(), m.end(), normalize_text(m.group())) for m in re.finditer(r"[^\W_]+", question)]
     inside = [i for i, w in enumerate(ex_words) if w[0] >= slot.mention[0] and w[1] <= slot.mention[1]]
     if not inside:
         return None
+    said = example_text[slot.mention[0]:slot.mention[1]]
     matcher = difflib.SequenceMatcher(None, [w[2] for w in ex_words], [w[2] for w in q_words], autojunk=False)
     for op, a0, a1, b0, b1 in matcher.get_opcodes():
-        if op == "equal" and a0 <= inside[0] and inside[-1] < a1:
+        if not (a0 <= inside[0] and inside[-1] < a1):
+            continue
+        if op == "equal":
             j0, j1 = b0 + inside[0] - a0, b0 + inside[-1] - a0
             return Mention(q_words[j0][0], q_words[j1][1], question[q_words[j0][0]:q_words[j1][1]])
-        if op == "replace" and a0 <= inside[0] and inside[-1] < a1:
-            others = {ex_words[i][2] for i in range(a0, a1) if i not in inside}
-            words = [w for w in q_words[b0:b1] if w[2] not in others]
-            while words and words[0][2] in STOPWORDS:
-                words.pop(0)
-            while words and words[-1][2] in STOPWORDS:
-                words.pop()
-            if not words or len(words) > 4:
-                return None
-            return Mention(words[0][0], words[-1][1], question[words[0][0]:words[-1][1]])
+        if op != "replace":
+            return None
+        others = [ex_words[i][2] for i in range(a0, a1) if i not in inside]
+        words = [w for w in q_words[b0:b1] if not any(fuzz.ratio(w[2], o) >= 80 for o in others)]
+        while words and words[0][2] in STOPWORDS:
+            words.pop(0)
+        while words and words[-1][2] in STOPWORDS:
+            words.pop()
+        if not words or len(words) > 3:
+            return None
+        if said[:1].isupper() and not all(question[w[0]].isupper() or question[w[0]].isdigit() for w in words):
+            return None
+        return Mention(words[0][0], words[-1][1], question[words[0][0]:words[-1][1]])
     return None
 
 
@@ -1636,12 +1709,17 @@ def _where_close(pieces: Sequence[Piece]) -> int:
     return len(pieces) - 1
 
 
-def _var_class(pieces: Sequence[Piece], var: str) -> str | None:
+def _var_class(pieces: Sequence[Piece], var: str, prefixes: dict[str, str]) -> str | None:
     for p in pieces:
-        if isinstance(p, Triple) and p.is_type() and p.s_var == var and p.o[0].kind == "iri":
-            return p.o[0].text[1:-1]
+        if isinstance(p, Triple) and p.is_type() and p.s_var == var and len(p.o) == 1:
+            iri = _expand(p.o[0], prefixes)
+            if iri is not None:
+                return iri
     return None
 
+
+_EXCLUSIVE = frozenset({"ORDER", "LIMIT", "HAVING", "FILTER"})  # a template with these does
+# something specific the question must ask for
 
 _ASKED_BEFORE = frozenset({"which", "what", "many", "all", "list", "the", "me", "show", "our", "every", "each"})
 
