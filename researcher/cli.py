@@ -42,6 +42,9 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
         ("researcher.versions", "VersionStoreError"),
         ("researcher.workspace", "WorkspaceError"),
         ("researcher.ledger", "LedgerError"),
+        ("researcher.versions", "PatchError"),
+        ("researcher.serve", "ServeError"),
+        ("researcher.propose", "ProposalError"),
     ):
         try:
             errors.append(getattr(__import__(module, fromlist=[name]), name))
@@ -513,6 +516,61 @@ def ask(
                 t.add_row(*(str(c) for c in row))
             console.print(t)
     console.print(f"trace: {a.trace_path}", highlight=False)
+
+
+
+# --------------------------------------------------------------------------- deploy and review
+
+
+@app.command()
+@handle_errors
+def deploy(version: str = typer.Argument(..., help="Version to deploy (vN or 'best').")) -> None:
+    """Mark a version as deployed (a ref in the version store, recorded in the ledger)."""
+    from researcher.serve import deploy as do_deploy
+
+    ws = _workspace()
+    name = ws.versions.marked("best") if version == "best" else version
+    if not name:
+        raise CLIError("no best version yet: run `researcher loop` first")
+    console.print(f"deployed {do_deploy(ws, name)}")
+
+
+@app.command()
+@handle_errors
+def export(version: str = typer.Argument(...), directory: Path = typer.Argument(...)) -> None:
+    """Write a standalone copy of a version's spec (spec/ + manifest.json)."""
+    from researcher.serve import export as do_export
+
+    ws = _workspace()
+    console.print(f"exported {version} to {do_export(ws, version, directory)}", highlight=False)
+
+
+@app.command()
+@handle_errors
+def serve(
+    version: str = typer.Option("deployed", "--version", help="deployed | best | vN"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8000, "--port"),
+    timeout: float = typer.Option(30.0, "--timeout", help="Per-request time limit (then a fallback query)."),
+) -> None:
+    """Serve a version as a TEXT2SPARQL-conformant HTTP API (GET / and /text2sparql)."""
+    from researcher.serve import run_server
+
+    ws = _workspace()
+    if version == "deployed" and not ws.versions.marked("deployed"):
+        raise CLIError("no deployed version: run `researcher deploy vN` or pass --version best")
+    run_server(ws, host=host, port=port, version=version, timeout_s=timeout)
+
+
+@app.command()
+@handle_errors
+def report(out: Path = typer.Option(Path("report"), "--out", help="Output directory.")) -> None:
+    """Write a static, offline HTML report of the ledger, lineage, diffs and outcomes."""
+    from researcher.report import write_report
+
+    ws = _workspace()
+    path = write_report(ws, out if out.is_absolute() else ws.root / out)
+    console.print(f"report: {path}", highlight=False)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Protocol, Self
 
 from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -298,6 +299,12 @@ def _error(status: int, detail: str, headers: dict[str, str] | None = None) -> J
     return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
 
+def _header_value(text: str, limit: int = 300) -> str:
+    """HTTP header values must be Latin-1 and one line: agent messages may be neither."""
+    flat = " ".join(text.split())[:limit]
+    return flat.encode("ascii", "backslashreplace").decode("ascii")
+
+
 def _request_id() -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex[:6]}"
 
@@ -352,6 +359,15 @@ def create_app(
     app.state.served = served
     app.state.pool = pool
 
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # Same one-line body as our own checks (FastAPI's default is a list of error objects).
+        err = exc.errors()[0] if exc.errors() else {}
+        name = str(err.get("loc", ("", "request"))[-1])
+        if err.get("type") == "missing":
+            return _error(422, f"missing query parameter {name!r}")
+        return _error(422, f"query parameter {name!r}: {err.get('msg', 'invalid')}")
+
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         # The official client aborts on a non-JSON body; even a bug must answer JSON.
@@ -371,7 +387,7 @@ def create_app(
         query, status, fallback = await _ask(served, pool, rid, question.strip(), lang, timeout_s)
         headers = {STATUS_HEADER: status, VERSION_HEADER: served.version, REQUEST_ID_HEADER: rid}
         if fallback:
-            headers[FALLBACK_HEADER] = fallback
+            headers[FALLBACK_HEADER] = _header_value(fallback)
         body = T2SAnswer(dataset=dataset, question=question, query=query)
         return JSONResponse(body.model_dump(), headers=headers)
 
@@ -380,14 +396,14 @@ def create_app(
         422: {"model": ErrorBody, "description": "Missing, empty, oversized or binary parameter."},
         503: {"model": ErrorBody, "description": "The deployed version cannot answer (see /health)."},
     }
-    question_doc = Query(None, description="The natural-language question.")
-    dataset_doc = Query(None, description=f"The dataset id, e.g. {served.dataset_id}")
+    question_doc = Query(description="The natural-language question (any language; not sent separately).")
+    dataset_doc = Query(description=f"The dataset id, e.g. {served.dataset_id}")
 
     for path in QUESTION_ROUTES:
         @app.get(path, response_model=T2SAnswer, responses=responses, summary="Answer a question with SPARQL",
                  name=f"text2sparql{path.replace('/', '_')}")
-        async def route(question: str | None = question_doc, dataset: str | None = dataset_doc) -> JSONResponse:
-            return await answer(question, dataset)  # type: ignore[arg-type]  # None is checked inside
+        async def route(question: str = question_doc, dataset: str = dataset_doc) -> JSONResponse:
+            return await answer(question, dataset)
 
     @app.get("/health", response_model=Health, responses={503: {"model": Health}}, summary="Version and status")
     async def health() -> JSONResponse:
@@ -416,7 +432,10 @@ async def _ask(served: ServedAgent, pool: ThreadPoolExecutor, rid: str, question
             status, reason = "timeout", f"timeout: no answer within {timeout_s:g} s"
         else:  # the agent raised (WorkerAgent normally catches everything) or the pool is shut down
             status, reason = "tool_error", f"agent error: {type(exc).__name__}: {_one_line(exc)}"
-        await asyncio.to_thread(_write_fallback_trace, served, rid, question, lang, status, reason)
+        try:
+            await asyncio.to_thread(_write_fallback_trace, served, rid, question, lang, status, reason)
+        except OSError as err:  # a full disk must not cost the client its answer
+            reason += f" (fallback trace not written: {err})"
         return FALLBACK_QUERY, status, reason
     status = str(getattr(result, "status", "answered"))
     query = getattr(result, "query", None)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import sqlite3
 from pathlib import Path
@@ -10,7 +9,6 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
-from respx.mocks import Mocker
 
 from worker_agent import llm
 from worker_agent.llm import (
@@ -42,49 +40,11 @@ SEARCH_TOOL = {
 
 # --------------------------------------------------------------------------- HTTP interception
 
-def _sdk_http_library(sdk: str) -> str:
-    """Newer SDK releases moved from httpx to httpx2; respx only patches httpx by itself."""
-    base = importlib.import_module(f"{sdk}._base_client")
-    return "httpx2" if hasattr(base, "httpx2") else "httpx"
-
-
-try:
-    import httpx2
-
-    class _HTTPX2Mocker(Mocker):
-        """Routes httpx2 client traffic through respx routers, as respx does for httpx."""
-
-        name = "httpx2"
-        targets = ["httpx2._client.Client"]
-        target_methods = ["_transport_for_url"]
-
-        @classmethod
-        def mock(cls, spec):
-            def _transport_for_url(self, *args, **kwargs):
-                return httpx2.MockTransport(cls._handle)
-            return _transport_for_url
-
-        @classmethod
-        def _handle(cls, request2):
-            request = httpx.Request(request2.method, str(request2.url),
-                                    headers=list(request2.headers.raw), content=request2.read())
-            try:
-                response = cls.handler(request)
-            except httpx.TimeoutException as exc:
-                raise httpx2.ReadTimeout(str(exc), request=request2) from exc
-            except httpx.ConnectError as exc:
-                raise httpx2.ConnectError(str(exc), request=request2) from exc
-            return httpx2.Response(response.status_code, headers=list(response.headers.raw),
-                                   content=response.read(), request=request2)
-except ImportError:  # SDKs built on httpx: respx's own mocker applies
-    pass
 
 
 @pytest.fixture
-def http():
-    using = {_sdk_http_library("openai"), _sdk_http_library("anthropic")}
-    assert len(using) == 1, "both SDKs are expected on the same HTTP library"
-    with respx.mock(using=using.pop(), assert_all_called=False) as router:
+def http(respx_using):
+    with respx.mock(using=respx_using, assert_all_called=False) as router:
         yield router
 
 

@@ -3,17 +3,14 @@ driven by a ScriptedModel and by the real OpenAI/Anthropic SDKs over intercepted
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
 from pathlib import Path
-from typing import ClassVar
 
 import httpx
 import pytest
 import respx
 import yaml
-from respx.mocks import Mocker
 
 from researcher.datasets import load_gold_answers, load_questions, make_splits
 from researcher.metrics import answer_set
@@ -289,47 +286,14 @@ OPENAI_URL = "https://api.openai.com/v1/chat/completions"
 ANTHROPIC_URL = "https://api.anthropic.com/v1/messages"
 
 
-def _sdk_http_library(sdk: str) -> str:
-    """Newer SDK releases moved from httpx to httpx2; respx only patches httpx by itself."""
-    base = importlib.import_module(f"{sdk}._base_client")
-    return "httpx2" if hasattr(base, "httpx2") else "httpx"
-
-
-try:
-    import httpx2
-
-    class _HTTPX2Mocker(Mocker):
-        """Routes httpx2 client traffic through respx routers (as tests/test_llm.py does)."""
-
-        name = "httpx2"
-        targets: ClassVar[list[str]] = ["httpx2._client.Client"]
-        target_methods: ClassVar[list[str]] = ["_transport_for_url"]
-
-        @classmethod
-        def mock(cls, spec):
-            def _transport_for_url(self, *args, **kwargs):
-                return httpx2.MockTransport(cls._handle)
-            return _transport_for_url
-
-        @classmethod
-        def _handle(cls, request2):
-            request = httpx.Request(request2.method, str(request2.url),
-                                    headers=list(request2.headers.raw), content=request2.read())
-            response = cls.handler(request)
-            return httpx2.Response(response.status_code, headers=list(response.headers.raw),
-                                   content=response.read(), request=request2)
-except ImportError:  # SDKs built on httpx: respx's own mocker applies
-    pass
 
 
 @pytest.fixture
-def http(monkeypatch):
+def http(monkeypatch, respx_using):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-OPENAI-0123456789abcdef")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-ANTHROPIC-0123456789")
     monkeypatch.delenv(llm.PRICES_ENV_VAR, raising=False)
-    using = {_sdk_http_library("openai"), _sdk_http_library("anthropic")}
-    assert len(using) == 1, "both SDKs are expected on the same HTTP library"
-    with respx.mock(using=using.pop(), assert_all_called=False) as router:
+    with respx.mock(using=respx_using, assert_all_called=False) as router:
         yield router
 
 

@@ -61,7 +61,7 @@ class FakeAgent:
         try:
             time.sleep(self.delay)
             if self.fail:
-                raise RuntimeError("model exploded\nsecond line")
+                raise RuntimeError(f"model exploded on {question}\nsecond line")
             if self.empty:
                 return FakeAnswer(None, "no_answer", "no template matched")
             return FakeAnswer(f'SELECT ?result WHERE {{ BIND("{question}" AS ?result) }}')
@@ -146,7 +146,7 @@ def test_health_and_openapi(tmp_path: Path) -> None:
                                        "problem": None, "timeout_s": 12.5, "info": {}}
     for path in ("/", "/text2sparql"):
         op = spec["paths"][path]["get"]
-        assert {p["name"] for p in op["parameters"]} == {"question", "dataset"}
+        assert {(p["name"], p["required"]) for p in op["parameters"]} == {("question", True), ("dataset", True)}
         assert {"200", "404", "422", "503"} <= set(op["responses"])
         schema = op["responses"]["200"]["content"]["application/json"]["schema"]
         assert schema["$ref"].endswith("/T2SAnswer")
@@ -164,10 +164,16 @@ def _fallback_trace(tmp_path: Path) -> dict[str, Any]:
 def test_fallback_when_the_agent_raises(tmp_path: Path) -> None:
     with client(FakeAgent(fail=True), tmp_path) as c:
         r = c.get("/text2sparql", params={"question": "Who?", "dataset": DATASET})
+        # a non-Latin-1 message must not break the header (and so the 200 answer)
+        tokyo = c.get("/", params={"question": "Wer wohnt in 東京 — Bergström?", "dataset": DATASET})
     assert r.status_code == 200 and r.json()["query"] == FALLBACK_QUERY
-    assert r.headers[FALLBACK_HEADER] == "agent error: RuntimeError: model exploded"
+    assert r.headers[FALLBACK_HEADER] == "agent error: RuntimeError: model exploded on Who?"
+    assert tokyo.status_code == 200 and tokyo.json()["query"] == FALLBACK_QUERY
+    assert tokyo.headers[FALLBACK_HEADER].isascii() and "\\u6771" in tokyo.headers[FALLBACK_HEADER]
     assert r.headers[STATUS_HEADER] == "tool_error"
-    trace = _fallback_trace(tmp_path)
+    traces = sorted((tmp_path / "traces" / "serve-v7").glob("*.fallback.json"))
+    assert len(traces) == 2
+    trace = json.loads(traces[0].read_text(encoding="utf-8"))
     assert trace["status"] == "tool_error" and trace["query"] == FALLBACK_QUERY and trace["fallback"] is True
     assert trace["question"] == "Who?" and trace["spec_version"] == "v7" and "model exploded" in trace["detail"]
 

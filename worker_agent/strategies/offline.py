@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 import difflib
 import itertools
+import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -871,12 +872,20 @@ class OfflineStrategy:
             return []
         hits = self.retriever.rank(self.mask(q.text, q.links))
         expected = self._expected_features(q)
-        if expected:
-            def fit(hit: Hit) -> float:
-                tpl = self.template(hit.example)
-                have = tpl.features if isinstance(tpl, Template) else frozenset()
-                return hit.score + 0.1 * len(expected & have) - 0.1 * len(_EXCLUSIVE & (have - expected))
-            hits = sorted(hits, key=lambda h: (-round(fit(h), 9), h.example.uid))
+        entities = sum(1 for l in q.links if _candidate_kind(l.candidates[0]) == "entity")
+
+        def fit(hit: Hit) -> float:
+            """Similarity, plus the query features the wording calls for, minus specific ones it
+            does not, minus a mismatch in how many entities are named."""
+            tpl = self.template(hit.example)
+            if not isinstance(tpl, Template):
+                return hit.score - 1.0
+            have = tpl.features
+            named = sum(1 for s in tpl.slots if s.kind == "entity" and s.mention is not None)
+            return (hit.score + 0.1 * len(expected & have) - 0.1 * len(_EXCLUSIVE & (have - expected))
+                    - 0.05 * abs(named - entities))
+
+        hits = sorted(hits, key=lambda h: (-round(fit(h), 9), h.example.uid))
         if q.kind == "boolean" and self.on("ask_for_yes_no"):
             asks = [h for h in hits if self._form(h.example) == "ASK"]
             hits = asks + [h for h in hits if self._form(h.example) != "ASK"]
@@ -1002,8 +1011,9 @@ class OfflineStrategy:
     def _example_links(self, text: str) -> list[Span]:
         """Mentions in a training question, linked permissively: the gold query says which
         entity is meant, so only where it is mentioned is in question (rules do not apply)."""
-        return self.tools.match_spans(text, threshold=min(self.threshold, 80.0), k=max(self.k, 20),
-                                      fold_accents=True, surname=True)
+        spans = self.tools.match_spans(text, threshold=min(self.threshold, 85.0), k=max(self.k, 20),
+                                       fold_accents=True, surname=True)
+        return self._refine(text, spans, True, True)
 
     def _example_mention(self, slot: Slot, text: str, used: list[tuple[int, int]],
                          spans: Sequence[Span]) -> tuple[int, int] | None:
@@ -1060,7 +1070,8 @@ class OfflineStrategy:
             if base is None:
                 continue
             measured = self._measured(base, q) if tpl.structured else None
-            for adapted in ([measured] if measured else []) + [base]:
+            ranked = self._superlative(base, q) if tpl.structured else None
+            for adapted in [v for v in (ranked, measured) if v is not None] + [base]:
                 for shaped in self._shape(adapted, q):
                     yield from self._typed(shaped, q)
 
@@ -1107,9 +1118,10 @@ class OfflineStrategy:
         return opts[:4] + [(keep, None, None)]
 
     def _compat(self, slot: Slot, cand: Candidate) -> float:
-        """How well a candidate's types fit the slot's: 1 same type, 0.5 related, 0 unrelated."""
+        """How well a candidate's types fit the slot's: 1 same type, 0.5 related, 0 unrelated
+        (classes and properties: 1 unchanged, 0.5 another one)."""
         if slot.kind != "entity":
-            return 0.5
+            return 1.0 if cand.iri == slot.value else 0.5
         a = set(slot.types) - _GENERIC_TYPES
         b = set(cand.types) - _GENERIC_TYPES
         if not a or not b:
@@ -1221,6 +1233,52 @@ class OfflineStrategy:
             t.p = [Tok("iri", f"<{best}>")]
             return out
         return None
+
+    def _superlative(self, variant: Variant, q: _Question) -> Variant | None:
+        """A superlative the template lacks ("the most reliable Inductor" adapted from "suppliers
+        of Compensators"): order by the numeric property of one of its variables that the
+        question's wording names, and keep the first answer."""
+        tpl = variant.tpl
+        polarity = superlative_polarity(q.text)
+        if not polarity or tpl.form != "SELECT" or tpl.aggregate or tpl.features & {"ORDER", "LIMIT", "GROUP"}:
+            return None
+        best: tuple[float, str, str] | None = None
+        for var in _triple_vars(variant.pieces):
+            for cls in self._var_classes(variant, var):
+                for pred, _ in self._class_predicates(cls):
+                    if self._value_kind(pred) != "number":
+                        continue
+                    score = self._wording(pred, q, pred, 0.0)
+                    if score >= 80 and (best is None or score > best[0]):
+                        best = (score, var, pred)
+        if best is None:
+            return None
+        _, var, pred = best
+        out = variant.fork(f"{'highest' if polarity > 0 else 'lowest'} {local_name(pred)} of {var}")
+        close = _where_close(out.pieces)
+        measure = Tok("var", "?superlative_measure")
+        out.pieces.insert(close, Triple([Tok("var", var)], [Tok("iri", f"<{pred}>")], [measure]))
+        order = "DESC" if polarity > 0 else "ASC"
+        out.pieces.insert(close + 2, Tok("word", f"ORDER BY {order}(?superlative_measure) LIMIT 1", "\n"))
+        return out
+
+    def _var_classes(self, variant: Variant, var: str) -> list[str]:
+        """Classes of a variable: its rdf:type, else the domains/ranges of its predicates."""
+        prefixes = variant.tpl.prefixes
+        explicit = _var_class(variant.pieces, var, prefixes)
+        if explicit:
+            return [explicit]
+        out: list[str] = []
+        for t in variant.pieces:
+            if not isinstance(t, Triple) or t.is_type() or len(t.p) != 1:
+                continue
+            pred = _expand(t.p[0], prefixes)
+            info = self._ontology_of(pred) if pred else None
+            if info is None:
+                continue
+            items = info.domain if t.s_var == var else info.range if t.o_var == var else []
+            out += [i.iri for i in items if not i.iri.startswith(_XSD)]
+        return list(dict.fromkeys(out))[:4]
 
     # ---------------------------------------------------------------- shape (ASK / COUNT)
 
@@ -1396,10 +1454,10 @@ class OfflineStrategy:
         names = {x for x in tokenize(_split_camel(self.tools.label(iri) or "")) if len(x) > 2}
         names |= {x for x in tokenize(_split_camel(local_name(iri))) if len(x) > 2}
         words = set(q.words) | {h for w in q.words for h in _HINTS.get(w, ())}
-        lex = max((fuzz.ratio(w, x) for w in words for x in names), default=0.0)
+        lex = max((_word_sim(w, x) for w in words for x in names), default=0.0)
         if old_weight:
             old = set(tokenize(_split_camel(local_name(current))))
-            lex = max(lex, old_weight * max((fuzz.ratio(w, x) for w in old for x in names), default=0.0))
+            lex = max(lex, old_weight * max((_word_sim(w, x) for w in old for x in names), default=0.0))
         return lex
 
     def _value_kind(self, predicate: str) -> str | None:
@@ -1635,6 +1693,22 @@ def _requote(token: str, value: str) -> str:
             suffix = token[end + len(q):] if end >= len(q) else ""
             break
     return f'"{escaped}"{suffix}'
+
+
+def _word_sim(a: str, b: str) -> float:
+    """0-100 similarity of two words; a long shared stem counts ("reliable" ~ "reliability")."""
+    stem = len(os.path.commonprefix([a, b]))
+    if stem >= 4 and stem >= 0.7 * min(len(a), len(b)):
+        return max(90.0, fuzz.ratio(a, b))
+    return fuzz.ratio(a, b)
+
+
+def _triple_vars(pieces: Sequence[Piece]) -> list[str]:
+    out: list[str] = []
+    for p in pieces:
+        if isinstance(p, Triple):
+            out += [t.text for t in (*p.s, *p.o) if t.kind == "var"]
+    return list(dict.fromkeys(out))
 
 
 def _singulars(word: str) -> list[str]:
