@@ -33,6 +33,8 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from worker_agent.kg import KNOWN_PREFIXES
+
 __all__ = [
     "DatasetError",
     "Question",
@@ -325,24 +327,7 @@ def _qald_texts(path: Path, qid: str, entries: Any) -> list[tuple[str, str]]:
 
 # Prefixes that annotation lists use without declaring them (e.g. ck25 lists "rdfs:subClassOf").
 # Prefixes declared in the question's own query take precedence.
-BUILTIN_PREFIXES: dict[str, str] = {
-    "rdf": "http://www.w3.org/1999/02/22-rdf-syntax-ns#",
-    "rdfs": "http://www.w3.org/2000/01/rdf-schema#",
-    "xsd": "http://www.w3.org/2001/XMLSchema#",
-    "owl": "http://www.w3.org/2002/07/owl#",
-    "skos": "http://www.w3.org/2004/02/skos/core#",
-    "foaf": "http://xmlns.com/foaf/0.1/",
-    "schema": "http://schema.org/",
-    "dc": "http://purl.org/dc/elements/1.1/",
-    "dct": "http://purl.org/dc/terms/",
-    "dcterms": "http://purl.org/dc/terms/",
-    "prov": "http://www.w3.org/ns/prov#",
-    "dbo": "http://dbpedia.org/ontology/",
-    "dbr": "http://dbpedia.org/resource/",
-    "dbp": "http://dbpedia.org/property/",
-    "wd": "http://www.wikidata.org/entity/",
-    "wdt": "http://www.wikidata.org/prop/direct/",
-}
+BUILTIN_PREFIXES = KNOWN_PREFIXES  # one prefix table for the whole project
 
 _PREFIX_DECL = re.compile(r"\bPREFIX\s+([A-Za-z][\w.-]*)?:\s*<([^>]*)>", re.IGNORECASE)
 _ABSOLUTE_IRI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:(//|[^/]*@)|^(urn|mailto|tag):", re.IGNORECASE)
