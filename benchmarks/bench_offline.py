@@ -29,8 +29,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from researcher import metrics  # noqa: E402
-from researcher.datasets import (  # noqa: E402
+from researcher import metrics
+from researcher.datasets import (
     Question,
     QuestionSet,
     Splits,
@@ -39,10 +39,10 @@ from researcher.datasets import (  # noqa: E402
     load_splits,
     make_splits,
 )
-from worker_agent.agent import WorkerAgent  # noqa: E402
-from worker_agent.kg import KGError, KnowledgeGraph, open_kg  # noqa: E402
-from worker_agent.spec import AgentSpec, seed_spec_path  # noqa: E402
-from worker_agent.strategies import Example  # noqa: E402
+from worker_agent.agent import WorkerAgent
+from worker_agent.kg import KGError, KnowledgeGraph, open_kg
+from worker_agent.spec import AgentSpec, seed_spec_path
+from worker_agent.strategies import Example
 
 DEMO = ROOT / "worker_agent" / "data" / "demo"
 CK25 = ROOT.parent / "shared" / "datasets" / "ck25"

@@ -234,20 +234,23 @@ def _print_run(result: Any, as_json: bool) -> None:
     if as_json:
         sys.stdout.write(json.dumps(asdict(result), indent=2, default=str) + "\n")
         return
-    t = Table(title="Loop run")
-    t.add_column("iterations")
-    t.add_column("accepted")
-    t.add_column("rejected")
-    t.add_column("invalid")
-    t.add_column("stop")
-    t.add_column("v1 val set_F")
-    t.add_column("best")
-    t.add_column("best val set_F")
-    t.add_column("best test set_F")
     test = (result.test or {}).get("test", {}).get("set_F")
-    t.add_row(str(result.iterations), ", ".join(result.accepted) or "-", ", ".join(result.rejected) or "-",
-              str(result.invalid), result.stop_reason, _fmt(result.baseline_validation), str(result.best),
-              _fmt(result.best_validation), _fmt(test))
+    t = Table(title="Loop run", show_header=False)
+    t.add_column("", style="bold")
+    t.add_column("")
+    for key, value in (
+        ("iterations", str(result.iterations)),
+        ("accepted", ", ".join(result.accepted) or "-"),
+        ("rejected", ", ".join(result.rejected) or "-"),
+        ("invalid proposals", str(result.invalid)),
+        ("stopped because", result.stop_reason),
+        ("v1 validation set_F", _fmt(result.baseline_validation)),
+        ("best version", str(result.best)),
+        ("best validation set_F", _fmt(result.best_validation)),
+        ("best sealed-test set_F", _fmt(test)),
+        ("wall time", f"{result.wall_s:.1f} s"),
+    ):
+        t.add_row(key, value)
     console.print(t)
 
 

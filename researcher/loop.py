@@ -101,8 +101,12 @@ def gold_tokens(queries: Sequence[str | None], answers: Sequence[Mapping[str, in
                 tokens.add(next((g for g in m.groups() if g), m.group(0)) if m.groups() else m.group(0))
     for a in answers:
         for value in a or {}:
-            if len(value) >= 4 and not value.isdigit() or (value.isdigit() and len(value) >= 3):
-                tokens.add(value)
+            # booleans and tiny values (ASK answers, small counts) say nothing about a question
+            if value.lower() in ("true", "false") or len(value) < 3:
+                continue
+            if value.isdigit() and len(value) < 3:
+                continue
+            tokens.add(value)
     return tokens
 
 
@@ -110,7 +114,8 @@ def check_leak(diff: str, sealed_tokens: set[str], train_tokens: set[str]) -> st
     """A reason when the diff adds a token known only from validation/test gold, else None."""
     added = "\n".join(line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
     for token in sorted(sealed_tokens - train_tokens, key=len, reverse=True):
-        if token and token in added:
+        # whole-token matches only: "Paris" must not flag "Parisian", "12" must not flag "2012"
+        if token and re.search(rf"(?<![\w]){re.escape(token)}(?![\w])", added):
             return f"leak: the diff adds {token[:80]!r}, which occurs only in validation/test gold"
     return None
 

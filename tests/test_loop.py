@@ -122,6 +122,8 @@ def test_leak_guard_tokens():
     assert check_leak("+++ b/x\n+uses <http://ex.org/p> only\n", sealed, train) is None
     assert check_leak("+++ b/x\n+mention <http://ex.org/B>\n", sealed, train)
     assert check_leak("+++ b/x\n+the Secret Answer\n", sealed, train)
+    ask = gold_tokens([], [{"true": 1}, {"7": 1}])
+    assert check_leak("+++ b/rules.yaml\n+  enabled: true\n+  k: 7\n", ask, set()) is None
 
 
 def test_resume_records_committed_but_unrecorded_versions(ws):

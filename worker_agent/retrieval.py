@@ -20,13 +20,14 @@ it from training examples, so validation and test questions can never leak into 
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from rapidfuzz import fuzz
 
@@ -34,12 +35,12 @@ from worker_agent.strategies import Example
 
 __all__ = [
     "PLACEHOLDERS",
+    "RETRIEVERS",
+    "EmbeddingRetriever",
+    "FuzzyRetriever",
     "Hit",
     "Retriever",
     "TfidfRetriever",
-    "FuzzyRetriever",
-    "EmbeddingRetriever",
-    "RETRIEVERS",
     "make_retriever",
     "normalize_text",
 ]
@@ -99,7 +100,7 @@ class Retriever:
 def _word_features(text: str) -> Counter[str]:
     words = text.split()
     feats: Counter[str] = Counter(f"w:{w}" for w in words)
-    feats.update(f"b:{a} {b}" for a, b in zip(words, words[1:]))
+    feats.update(f"b:{a} {b}" for a, b in itertools.pairwise(words))
     return feats
 
 
@@ -165,7 +166,7 @@ class EmbeddingRetriever(Retriever):
     a locally cached model (nothing is downloaded at run time)."""
 
     name = "embeddings"
-    _models: dict[str, Any] = {}
+    _models: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, pool: Sequence[Example], masked: Sequence[str], model: Any = None) -> None:
         super().__init__(pool, masked)

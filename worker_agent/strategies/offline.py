@@ -44,10 +44,18 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rapidfuzz import fuzz
 
-from worker_agent.kg import KNOWN_PREFIXES, KGError, QueryResult
+from worker_agent.kg import KNOWN_PREFIXES, KGError
 from worker_agent.retrieval import Hit, Retriever, make_retriever, normalize_text
 from worker_agent.strategies import Example, StrategyResult
-from worker_agent.tools import STOPWORDS, Candidate, Span, fold_accents, local_name, local_name_surface, tokenize
+from worker_agent.tools import (
+    STOPWORDS,
+    Candidate,
+    Span,
+    fold_accents,
+    local_name,
+    local_name_surface,
+    tokenize,
+)
 
 if TYPE_CHECKING:
     from worker_agent.spec import AgentSpec
@@ -495,8 +503,7 @@ def _walk_terms(tpl: Template) -> Iterator[tuple[Tok, str, Triple | None]]:
 # Question analysis: kinds, numbers, strings, superlatives, comparisons
 # ============================================================================================
 
-_YES_NO_START = frozenset("""is are was were does do did has have had can could will would should
-    shall may might am""".split())
+_YES_NO_START = frozenset(["is", "are", "was", "were", "does", "do", "did", "has", "have", "had", "can", "could", "will", "would", "should", "shall", "may", "might", "am"])
 _COUNT_RE = re.compile(r"^(?:\W*\w+\W+){0,2}?(how many|how much|count|(?:what is |what's )?the number of)\b",
                        re.IGNORECASE)
 _NAME_RE = re.compile(r"\b(names?|called|titles?|labels?)\b", re.IGNORECASE)
@@ -515,9 +522,8 @@ def question_kind(text: str) -> QuestionKind:
 
 
 _UNITS = {w: i for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-    "sixteen seventeen eighteen nineteen".split())}
-_TENS = {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()) if w != "_"}
+    ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"])}
+_TENS = {w: 10 * i for i, w in enumerate(["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]) if w != "_"}
 _SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000}
 _NUMBER_WORDS = frozenset(_UNITS) | frozenset(_TENS) | frozenset(_SCALES)
 _DIGITS_RE = re.compile(
@@ -699,6 +705,7 @@ class _Question:
     words: list[str]
     trace: Trace
     deadline: float | None
+    executed: set[str] = field(default_factory=set)  # queries already run for this question
 
     def late(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
@@ -1208,7 +1215,7 @@ class OfflineStrategy:
         pieces = variant.pieces
         close = _where_close(pieces)
         tail = [p.text for p in pieces[close + 1:] if isinstance(p, Tok) and p.kind == "var"]
-        compared = [a.text for a, b in zip(pieces, pieces[1:]) if isinstance(a, Tok) and a.kind == "var"
+        compared = [a.text for a, b in itertools.pairwise(pieces) if isinstance(a, Tok) and a.kind == "var"
                     and isinstance(b, Tok) and b.text in (">", "<", ">=", "<=")]
         targets = tail + compared
         for i, piece in enumerate(pieces):
@@ -1301,9 +1308,9 @@ class OfflineStrategy:
             return variant
         label_of: dict[str, str] = {}
         for t in variant.pieces:
-            if isinstance(t, Triple) and len(t.p) == 1 and t.s_var and t.o_var:
-                if _expand(t.p[0], tpl.prefixes) in self._labels:
-                    label_of[t.o_var] = t.s_var
+            if (isinstance(t, Triple) and len(t.p) == 1 and t.s_var and t.o_var
+                    and _expand(t.p[0], tpl.prefixes) in self._labels):
+                label_of[t.o_var] = t.s_var
         targets = [v for v in tpl.projection if v in label_of and label_of[v] not in tpl.projection]
         if not targets:
             return variant
@@ -1326,7 +1333,9 @@ class OfflineStrategy:
                 typed = variant.fork(f"answer typed {local_name(cls)}")
                 typed.typed = True
                 open_ = _where_open(typed.pieces, _form_index(typed.pieces) or 0)
-                typed.pieces.insert(open_ + 1, Triple([Tok("var", var)], [Tok("word", "a")], [Tok("iri", f"<{cls}>")]))
+                # a/rdfs:subClassOf*: instances are often typed with a subclass only.
+                path = [Tok("word", "a"), Tok("punct", "/"), Tok("iri", f"<{RDFS}subClassOf>"), Tok("punct", "*")]
+                typed.pieces.insert(open_ + 1, Triple([Tok("var", var)], path, [Tok("iri", f"<{cls}>")]))
                 yield typed
         yield variant
 
@@ -1334,6 +1343,7 @@ class OfflineStrategy:
 
     def _run(self, variant: Variant, q: _Question, rank: int) -> Execution:
         query = variant.render()
+        q.executed.add(query)
         preview = self.tools.test_sparql(query)
         if not preview.ok:
             ex = Execution(query, False, True, "error", None, preview.error)
@@ -1351,8 +1361,10 @@ class OfflineStrategy:
 
     def _execute(self, variant: Variant, q: _Question, rank: int) -> Execution | None:
         """Run a variant; while its result is empty, run its repairs (inverse directions when
-        triple_direction is on, re-linked predicates). None: a typed variant came back empty
-        (the untyped one follows)."""
+        triple_direction is on, re-linked predicates). None: nothing new to judge (the query was
+        already run for this question, or a typed variant came back empty: the untyped follows)."""
+        if variant.render() in q.executed:
+            return None  # the same query from another assignment or template: already judged
         ex = self._run(variant, q, rank)
         if not ex.ok or not ex.empty:
             return ex
@@ -1360,16 +1372,13 @@ class OfflineStrategy:
             return None
         if not variant.tpl.structured:
             return ex
-        seen = {ex.query}
         repairs = self._inverse(variant) if self.on("triple_direction") else []
         repairs += self._relink(variant, q)
         for repaired in repairs[:6]:
             if q.late():
                 break
-            query = repaired.render()
-            if query in seen:
+            if repaired.render() in q.executed:
                 continue
-            seen.add(query)
             rex = self._run(repaired, q, rank)
             if rex.ok and not rex.empty:
                 return rex
@@ -1424,7 +1433,9 @@ class OfflineStrategy:
                 found = self._class_predicates(cls)
             if not found or any(p == current for p, _ in found):
                 continue
-            for pred in self._rank_predicates(found, current, q)[:2]:
+            ranked = [p for p in self._rank_predicates(found, current, q)
+                      if self._wording(p, q, current, 0.8) >= _MIN_WORDING]  # no blind guesses
+            for pred in ranked[:2]:
                 fixed = variant.fork(f"predicate {local_name(current)} -> {local_name(pred)}")
                 t = fixed.pieces[i]
                 assert isinstance(t, Triple)
@@ -1493,6 +1504,8 @@ class OfflineStrategy:
 # ============================================================================================
 # Helpers: query edits
 # ============================================================================================
+
+_MIN_WORDING = 70.0  # a re-linked predicate must be named (or hinted) by the question
 
 # Adjectives of superlatives and comparisons -> words of the properties they are about.
 _HINTS: dict[str, tuple[str, ...]] = {
@@ -1570,7 +1583,7 @@ def _flip_comparison(variant: Variant, question: str, fills: dict[Slot, str | No
         return
     flip = {">": "<", "<": ">", ">=": "<=", "<=": ">="}
     pieces = variant.pieces
-    for piece, nxt in zip(pieces, pieces[1:]):
+    for piece, nxt in itertools.pairwise(pieces):
         if isinstance(piece, Tok) and piece.text in flip and isinstance(nxt, Tok) and nxt.kind == "number":
             piece.text = flip[piece.text]
             variant.notes.append(f"comparison flipped to {piece.text}")
@@ -1588,14 +1601,14 @@ def _to_ask(variant: Variant) -> Variant:
 
 
 def _to_count(variant: Variant) -> Variant | None:
+    """Count the answers: the query becomes a sub-query, so grouping and filters still hold."""
     var = variant.tpl.answer_var
     if var is None:
         return None
     out = variant.fork(f"answer counted: COUNT(DISTINCT {var})")
     start = _form_index(out.pieces) or 0
-    open_, close = _where_open(out.pieces, start), _where_close(out.pieces)
-    head = Tok("word", f"SELECT (COUNT(DISTINCT {var}) AS ?count) WHERE", out.pieces[start].pre)  # type: ignore[union-attr]
-    out.pieces = [*out.pieces[:start], head, *out.pieces[open_: close + 1]]
+    head = Tok("word", f"SELECT (COUNT(DISTINCT {var}) AS ?count) WHERE {{ {{", out.pieces[start].pre)
+    out.pieces = [*out.pieces[:start], head, *out.pieces[start:], Tok("punct", "} }", "\n")]
     return out
 
 
@@ -1680,7 +1693,7 @@ def _snap(text: str, start: int, end: int) -> tuple[int, int]:
 
 def _overlapping(spans: Sequence[tuple[int, int]]) -> bool:
     ordered = sorted(spans)
-    return any(b[0] < a[1] for a, b in zip(ordered, ordered[1:]))
+    return any(b[0] < a[1] for a, b in itertools.pairwise(ordered))
 
 
 def _requote(token: str, value: str) -> str:
