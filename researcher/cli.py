@@ -277,7 +277,7 @@ def loop(
 @handle_errors
 def demo(
     directory: Path = typer.Argument(Path("demo-workspace"), help="Workspace to create (or reuse)."),
-    iterations: int = typer.Option(8, "--iterations", "-n"),
+    iterations: int = typer.Option(12, "--iterations", "-n", help="Candidates to propose."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """The main job on the embedded default: bundled demo KG, offline strategy and offline search."""
