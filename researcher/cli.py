@@ -222,6 +222,8 @@ def _run_loop(ws: Any, iterations: Optional[int], budget_usd: Optional[float], m
             elif kind == "invalid":
                 progress.console.print(f"  invalid: {d['reason']}", highlight=False)
 
+        if ws.ledger.warning:
+            err_console.print(f"[yellow]warning:[/] {ws.ledger.warning}", highlight=False)
         result = Researcher(ws, on_event=on_event).run(iterations=iterations, budget_usd=budget_usd,
                                                        max_hours=max_hours, patience=patience,
                                                        final_test=final_test)

@@ -407,6 +407,12 @@ class Researcher:
         patience = self.cfg.patience if patience is None else patience
         t0 = time.perf_counter()
         out = RunSummary()
+        self.store.repair()  # finish an interrupted create before checking health
+        problems = self.store.check()
+        if problems:  # refuse before any work, not after the first evaluation
+            from researcher.versions import VersionStoreError
+
+            raise VersionStoreError(f"{self.store.root}: {problems[0]}")
         self.ledger.append_event("run_started", None, {"iterations": iterations, "proposer": self.proposer.name})
         try:
             baseline = self.ensure_baseline()

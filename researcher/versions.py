@@ -506,7 +506,7 @@ class VersionStore:
         dirty = self._dirty_paths()
         if dirty:
             shown = ", ".join(dirty[:3]) + (", ..." if len(dirty) > 3 else "")
-            problems.append(f"work tree is dirty ({shown}); run repair(discard_worktree_changes=True)")
+            problems.append(f"work tree is dirty ({shown}); commit or remove the changes by hand (git -C {self.root} status); the loop never discards them")
         if not any(_VERSION_RE.match(t.name) for t in self._repo.tags):
             problems.append("store has no versions (init was interrupted); delete it and init again")
         return problems

@@ -186,3 +186,26 @@ def test_cli_review_commands(ws, monkeypatch):
         assert result.exit_code == 0, (args, result.output)
     assert "+++ b/" in runner.invoke(app, ["diff", "v1", "v2"]).output
     assert runner.invoke(app, ["show", "v99"]).exit_code == 1
+
+
+def test_dirty_store_is_refused_before_any_work(ws, monkeypatch):
+    (ws.versions_dir / "stray.txt").write_text("edited by hand")
+    monkeypatch.chdir(ws.root)
+    result = runner.invoke(app, ["loop", "-n", "1"])
+    assert result.exit_code == 1 and "dirty" in result.output and "stray.txt" in result.output
+    assert ws.ledger.versions() == []  # nothing was evaluated or recorded
+    assert (ws.versions_dir / "stray.txt").read_text() == "edited by hand"  # and nothing discarded
+
+
+def test_truncated_ledger_line_is_set_aside_with_a_warning(ws, monkeypatch):
+    Researcher(ws).run(iterations=1, final_test=False)
+    before = [r.version for r in ws.ledger.versions()]
+    with open(ws.ledger_path, "ab") as handle:
+        handle.write(b'{"kind": "version", "trunc')
+    monkeypatch.chdir(ws.root)
+    result = runner.invoke(app, ["loop", "-n", "1", "--no-test"])
+    assert result.exit_code == 0, result.output
+    assert "truncated last line" in result.output
+    after = [r.version for r in find_workspace(ws.root).ledger.versions()]
+    assert after[: len(before)] == before and len(after) == len(before) + 1
+    assert list(ws.root.glob("ledger.jsonl.corrupt-*"))
