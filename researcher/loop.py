@@ -146,12 +146,21 @@ class Researcher:
         self.ws = ws
         cfg = ws.config.loop
         self.cfg = cfg
-        self.proposer = proposer or make_proposer(cfg.proposer, seed=cfg.seed, model_config=cfg.proposer_model)
+        self.proposer = proposer or self._make_proposer()
         self.worker_model = worker_model
         self.on_event = on_event or (lambda kind, **data: None)
         self.data = ws.data
         self.store = ws.versions
         self.ledger = ws.ledger
+
+    def _make_proposer(self) -> Proposer:
+        cache = None
+        if self.cfg.proposer == "llm":
+            from worker_agent.llm import ResponseCache
+
+            cache = ResponseCache(self.ws.cache_path)
+        return make_proposer(self.cfg.proposer, seed=self.cfg.seed, model_config=self.cfg.proposer_model,
+                             cache=cache)
 
     # ---------------------------------------------------------------- evaluation
     def examples(self) -> list[Example]:
@@ -166,7 +175,7 @@ class Researcher:
         commit = self.store.get(name).commit if files is None else None
         return WorkerAgent(spec, self.data.kg, self.examples(), model=self.worker_model,
                            traces_dir=traces, spec_version=name, spec_commit=commit,
-                           dataset=self.data.dataset_info())
+                           dataset=self.data.dataset_info(), cache_path=self.ws.cache_path)
 
     def evaluate(self, name: str, split: str, *, repeats: int = 1,
                  files: Mapping[str, str] | None = None) -> tuple[EvalReport, list[float]]:

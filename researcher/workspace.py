@@ -116,6 +116,11 @@ class Workspace:
         return self.root / "traces"
 
     @property
+    def cache_path(self) -> Path:
+        """The workspace's persistent LLM response cache (worker and researcher models)."""
+        return self.root / ".cache" / "responses.sqlite"
+
+    @property
     def splits_path(self) -> Path:
         return self.root / self.config.splits
 
@@ -221,7 +226,7 @@ def init_workspace(
         atomic_write_text(root / config.splits, split_source.read_text(encoding="utf-8"))
     seed_spec = AgentSpec.load(seed_spec_path())
     VersionStore.init(root / "versions", seed_spec.files())
-    atomic_write_text(root / ".gitignore", ".lock\n.store/\ntraces/\n")
+    atomic_write_text(root / ".gitignore", ".lock\n.store/\n.cache/\ntraces/\n")
     atomic_write_text(
         root / CONFIG_NAME,
         "# researcher workspace configuration (fields documented in researcher/workspace.py)\n"

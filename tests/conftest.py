@@ -56,3 +56,9 @@ def respx_using() -> str:
     using = {sdk_http_library("openai"), sdk_http_library("anthropic")}
     assert len(using) == 1, "both SDKs are expected on the same HTTP library"
     return using.pop()
+
+
+@pytest.fixture(autouse=True)
+def isolated_response_cache(tmp_path, monkeypatch):
+    """Every test gets its own LLM response cache: no test sees another's (or a user's) replies."""
+    monkeypatch.setenv("SPARQL_RESEARCHER_CACHE", str(tmp_path / "llm-cache.sqlite"))

@@ -460,3 +460,16 @@ def test_completion_accounting_of_scripted_costs(tools, examples):
     assert result.status == "answered"
     assert trace.data["tokens"] == {"input": 120, "output": 30}
     assert trace.data["cost_usd"] == pytest.approx(0.002)
+
+
+def test_unchanged_requests_are_never_paid_twice(http, kg, tools, examples, gold, tmp_path):
+    """The default persistent response cache: the same question again costs no HTTP call."""
+    route = http.post(OPENAI_URL).mock(side_effect=[httpx.Response(200, json=openai_reply(i))
+                                                    for i in range(len(PLAN))])
+    spec = make_spec(model={"provider": "openai", "name": "gpt-4o-mini", "max_retries": 0})
+    first = WorkerAgent(spec, kg, examples, traces_dir=tmp_path / "a", tools=tools).ask(QUESTION, uid=UID)
+    again = WorkerAgent(spec, kg, examples, traces_dir=tmp_path / "b", tools=tools).ask(QUESTION, uid=UID)
+    assert first.status == again.status == "answered" and first.query == again.query
+    assert route.call_count == len(PLAN)  # the second run was served from the cache
+    assert first.cost_usd > 0 and again.cost_usd == 0
+    assert (tmp_path / "llm-cache.sqlite").is_file()

@@ -61,12 +61,13 @@ class WorkerAgent:
         spec_commit: str | None = None,
         tools: Tools | None = None,
         dataset: dict[str, Any] | None = None,
+        cache_path: Path | None = None,
     ) -> None:
         self.spec = spec
         self.kg = kg
         self.examples = list(examples)
         self.tools = tools or build_tools(spec, kg)
-        self.strategy = make_strategy(spec, self.tools, self.examples, model, dataset)
+        self.strategy = make_strategy(spec, self.tools, self.examples, model, dataset, cache_path)
         self.traces_dir = traces_dir
         self.spec_version = spec_version
         self.spec_commit = spec_commit

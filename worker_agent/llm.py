@@ -982,6 +982,19 @@ class ScriptedModel:
 # --------------------------------------------------------------------------- factory
 
 
+CACHE_ENV_VAR = "SPARQL_RESEARCHER_CACHE"
+
+
+def default_cache_path() -> Path | None:
+    """Where responses are cached when no workspace says otherwise; ``off`` disables caching."""
+    value = os.environ.get(CACHE_ENV_VAR)
+    if value and value.strip().lower() in ("off", "0", "none", "false"):
+        return None
+    if value:
+        return Path(value).expanduser()
+    return Path("~/.cache/sparql-researcher/responses.sqlite").expanduser()
+
+
 def make_model(config: ModelConfig | Mapping[str, Any], *,
                cache: ResponseCache | None = None) -> Model:
     """Build the model a config names; resolves the API key from the environment now."""

@@ -7,6 +7,7 @@ A strategy has one method, ``answer``. ``make_strategy`` picks one by the spec's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -41,8 +42,13 @@ class Strategy(Protocol):
 
 
 def make_strategy(spec: "AgentSpec", tools: "Tools", examples: list[Example],
-                  model: "Model | None" = None, dataset: dict[str, Any] | None = None) -> Strategy:
-    """``dataset`` (optional): ``dataset_name`` and ``default_namespace`` shown to an LLM."""
+                  model: "Model | None" = None, dataset: dict[str, Any] | None = None,
+                  cache_path: Path | None = None) -> Strategy:
+    """``dataset`` (optional): ``dataset_name`` and ``default_namespace`` shown to an LLM.
+
+    ``cache_path``: the persistent LLM response cache (default: ``llm.default_cache_path()``), so
+    an unchanged request is never paid twice.
+    """
     name = spec.config.strategy
     if name == "offline":
         from worker_agent.strategies.offline import OfflineStrategy
@@ -52,8 +58,10 @@ def make_strategy(spec: "AgentSpec", tools: "Tools", examples: list[Example],
         from worker_agent.strategies.llm_agent import LLMAgentStrategy
 
         if model is None:
-            from worker_agent.llm import ModelConfig, make_model
+            from worker_agent.llm import ModelConfig, ResponseCache, default_cache_path, make_model
 
-            model = make_model(ModelConfig.model_validate(spec.config.model or {}))
+            path = cache_path or default_cache_path()
+            model = make_model(ModelConfig.model_validate(spec.config.model or {}),
+                               cache=ResponseCache(path) if path else None)
         return LLMAgentStrategy(spec, tools, examples, model, **(dataset or {}))
     raise ValueError(f"unknown strategy {name!r}")
