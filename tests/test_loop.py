@@ -209,3 +209,35 @@ def test_truncated_ledger_line_is_set_aside_with_a_warning(ws, monkeypatch):
     after = [r.version for r in find_workspace(ws.root).ledger.versions()]
     assert after[: len(before)] == before and len(after) == len(before) + 1
     assert list(ws.root.glob("ledger.jsonl.corrupt-*"))
+
+
+def test_llm_researcher_through_the_real_openai_sdk(ws, monkeypatch, respx_using):
+    """The LLM proposer with the real SDK over intercepted HTTP: its diff becomes version v2."""
+    import httpx
+    import respx
+
+    from researcher.propose import set_rule_enabled
+
+    seed = ws.versions.files("v1")
+    diff = unified_diff(seed, {**seed, "rules.yaml": set_rule_enabled(seed["rules.yaml"], "surname_linking", True)})
+    reply = (f"SUMMARY: match people by surname\nFEATURE: rule:surname_linking=on\n"
+             f"RATIONALE: Several failing questions name people by title and surname.\n```diff\n{diff}```\n")
+    body = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1730000000, "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                         "message": {"role": "assistant", "content": reply, "refusal": None}}],
+            "usage": {"prompt_tokens": 5000, "completion_tokens": 300, "total_tokens": 5300}}
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+    ws.config.loop.proposer = "llm"
+    ws.config.loop.proposer_model = {"provider": "openai", "name": "gpt-4o-mini", "max_retries": 0}
+    with respx.mock(using=respx_using, assert_all_called=False) as router:
+        route = router.post("https://api.openai.com/v1/chat/completions").mock(
+            return_value=httpx.Response(200, json=body))
+        summary = Researcher(ws).run(iterations=1, final_test=False)
+    assert route.call_count == 1
+    prompt = json.loads(route.calls[0].request.content)["messages"][0]["content"]
+    assert "rules.yaml" in prompt and "Failing validation questions" in prompt
+    record = ws.ledger.get("v2")
+    assert record.proposer.startswith("llm-researcher") and record.feature_label == "rule:surname_linking=on"
+    assert record.cost_usd > 0 and record.tokens.input >= 5000
+    assert summary.iterations == 1
+    assert "sk-test" not in ws.ledger_path.read_text()
