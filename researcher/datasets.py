@@ -33,6 +33,7 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from worker_agent import sparql_lexer
 from worker_agent.kg import KNOWN_PREFIXES
 
 __all__ = [
@@ -457,21 +458,9 @@ FEATURE_VOCABULARY: tuple[str, ...] = (
     "FILTER", "OPTIONAL", "UNION", "MINUS", "EXISTS", "NOT_EXISTS", "SUBSELECT", "BIND", "VALUES",
 )
 
-# Strings, IRIs and comments, scanned left to right so a '#' inside an IRI is not a comment and a
-# keyword inside a literal or IRI is not a keyword.
-_NOISE = re.compile(
-    r'"""(?:[^"\\]|\\.|"(?!""))*"""'
-    r"|'''(?:[^'\\]|\\.|'(?!''))*'''"
-    r'|"(?:[^"\\\n]|\\.)*"'
-    r"|'(?:[^'\\\n]|\\.)*'"
-    r'|<[^<>"{}|^`\\\s]*>'
-    r"|#[^\n]*",
-    re.DOTALL,
-)
-
 
 def _keyword(word: str, suffix: str = "") -> re.Pattern[str]:
-    # Not part of a variable (?x, $x), prefixed name (pv:order, order:x) or longer word.
+    # Not part of a longer word; the ?/$/: guards are kept though code_only blanks names already.
     return re.compile(rf"(?<![\w?$:]){word}(?![\w:]){suffix}", re.IGNORECASE)
 
 
@@ -489,10 +478,6 @@ _FORM_PATTERN = _keyword("(SELECT|ASK|CONSTRUCT|DESCRIBE)")
 _SELECT_PATTERN = _keyword("SELECT")
 
 
-def _strip_noise(sparql: str) -> str:
-    return _NOISE.sub(" ", sparql)
-
-
 def derive_features(sparql: str) -> tuple[str, ...]:
     """Structural features of a query, in :data:`FEATURE_VOCABULARY` order.
 
@@ -500,7 +485,7 @@ def derive_features(sparql: str) -> tuple[str, ...]:
     a SUBSELECT. Keywords inside IRIs, string literals, comments, variables and prefixed names
     do not count.
     """
-    code = _strip_noise(sparql)
+    code = sparql_lexer.code_only(sparql)  # bare words only: no strings, IRIs, names, comments
     found: set[str] = {name for name, pattern in _FEATURE_PATTERNS.items() if pattern.search(code)}
     form = _FORM_PATTERN.search(code)
     if form:

@@ -78,6 +78,7 @@ from rdflib.plugins.sparql.parserutils import CompValue
 from rdflib.term import BNode, URIRef, Variable
 from rdflib.term import Literal as RDFLiteral
 
+from worker_agent import sparql_lexer
 from worker_agent.kg import QueryResult, add_missing_prefixes
 
 __all__ = [
@@ -345,42 +346,13 @@ def official_evaluation(
 
 # ============================================================================ query text
 
-# Alternatives are tried in order at each position, so a '#' or a keyword inside an IRI or a
-# string is consumed with that IRI/string, never mistaken for a comment or a keyword.
-_TOKEN_RE = re.compile(
-    r"""
-      (?P<ws>\s+)
-    | (?P<comment>\#[^\n\r]*)
-    | (?P<string>\"\"\"(?:[^"\\]|\\.|"(?!""))*\"\"\"
-               |'''(?:[^'\\]|\\.|'(?!''))*'''
-               |"(?:[^"\\\n\r]|\\.)*"
-               |'(?:[^'\\\n\r]|\\.)*')
-    | (?P<iri><[^<>"{}|^`\\\x00-\x20]*>)
-    | (?P<var>[?$][\w\u00B7\u0300-\u036F\u203F-\u2040]+)
-    | (?P<lang>@[A-Za-z]+(?:-[A-Za-z0-9]+)*)
-    | (?P<number>\d+\.\d*[eE][+-]?\d+|\.?\d+[eE][+-]?\d+|\d*\.\d+|\d+)
-    | (?P<pname>(?:[^\W\d][\w\-.]*)?:(?:[\w\-:%]|\\.|\.(?=[\w\-:%]))*)
-    | (?P<word>[^\W\d]\w*)
-    | (?P<op>&&|\|\||!=|<=|>=|\^\^)
-    | (?P<other>\S)
-    """,
-    re.VERBOSE | re.DOTALL,
-)
-
-
-def _lex(sparql: str) -> Iterator[tuple[str, str]]:
-    for match in _TOKEN_RE.finditer(sparql):
-        kind = match.lastgroup or "other"
-        if kind not in ("ws", "comment"):
-            yield kind, match.group()
-
 
 def _expanded_tokens(sparql: str) -> list[tuple[str, str]]:
     """Tokens of the query body: prologue removed, prefixed names and ``a`` as full ``<IRI>``s.
 
     ``a`` becomes ``("a", <rdf:type>)`` so callers can tell it from a written IRI.
     """
-    tokens = list(_lex(sparql))
+    tokens = [(t.kind, t.text) for t in sparql_lexer.significant(sparql)]
     prefixes: dict[str, str] = {}
     base: str | None = None
     body: list[tuple[str, str]] = []

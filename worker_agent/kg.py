@@ -26,12 +26,14 @@ import time
 import traceback
 import urllib.error
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol, cast, runtime_checkable
 
 import pyoxigraph as ox
+
+from worker_agent import sparql_lexer
 
 __all__ = [
     "KNOWN_PREFIXES",
@@ -217,27 +219,8 @@ class KnowledgeGraph(Protocol):
 
 
 # --------------------------------------------------------------------------------------------
-# A small SPARQL lexer: enough to find keywords and prefixes outside IRIs, strings, comments
+# Keywords and prefixes, found outside IRIs, strings and comments (worker_agent.sparql_lexer)
 # --------------------------------------------------------------------------------------------
-
-# Alternatives are tried at each position, so a '#' or a keyword inside an IRI or a string is
-# consumed as part of that IRI/string and never seen as a comment or keyword.
-_TOKEN_RE = re.compile(
-    r"""
-      (?P<comment>\#[^\n\r]*)
-    | (?P<string>\"\"\"(?:[^"\\]|\\.|"(?!""))*\"\"\"
-               |'''(?:[^'\\]|\\.|'(?!''))*'''
-               |"(?:[^"\\\n\r]|\\.)*"
-               |'(?:[^'\\\n\r]|\\.)*')
-    | (?P<iri><[^<>"{}|^`\\\x00-\x20]*>)
-    | (?P<var>[?$][\w\u00B7\u0300-\u036F\u203F-\u2040]+)
-    | (?P<lang>@[A-Za-z]+(?:-[A-Za-z0-9]+)*)
-    | (?P<pname>(?:[^\W\d][\w\-.]*)?:(?:[\w\-:%]|\\.|\.(?=[\w\-:%]))*)
-    | (?P<word>[^\W\d][\w\-]*)
-    | (?P<other>\S)
-    """,
-    re.VERBOSE | re.DOTALL,
-)
 
 _UPDATE_KEYWORDS = frozenset(
     {
@@ -256,13 +239,6 @@ _UPDATE_KEYWORDS = frozenset(
 _QUERY_FORMS = frozenset({"SELECT", "ASK", "CONSTRUCT", "DESCRIBE"})
 
 
-def _tokens(sparql: str) -> Iterator[tuple[str, str]]:
-    for match in _TOKEN_RE.finditer(sparql):
-        kind = match.lastgroup
-        assert kind is not None
-        yield kind, match.group()
-
-
 def check_read_only(sparql: str) -> None:
     """Raise :class:`UpdateNotAllowed` if ``sparql`` is (or contains) a SPARQL Update operation.
 
@@ -270,19 +246,16 @@ def check_read_only(sparql: str) -> None:
     (``?delete``) and prefixed names (``ex:insert``) are ignored. None of the update keywords
     is a keyword of the SPARQL 1.1 query language, so a bare one can only mean an update.
     """
-    for kind, text in _tokens(sparql):
-        if kind == "word" and text.upper() in _UPDATE_KEYWORDS:
+    for word in sparql_lexer.keywords(sparql):
+        if word in _UPDATE_KEYWORDS:
             raise UpdateNotAllowed(
-                f"SPARQL update keyword {text.upper()} is not allowed: the knowledge graph is read-only"
+                f"SPARQL update keyword {word} is not allowed: the knowledge graph is read-only"
             )
 
 
 def _query_form(sparql: str) -> str | None:
     """SELECT / ASK / CONSTRUCT / DESCRIBE, whichever comes first outside the prologue."""
-    for kind, text in _tokens(sparql):
-        if kind == "word" and text.upper() in _QUERY_FORMS:
-            return text.upper()
-    return None
+    return next((word for word in sparql_lexer.keywords(sparql) if word in _QUERY_FORMS), None)
 
 
 def _prefix_usage(sparql: str) -> tuple[set[str], list[str]]:
@@ -290,9 +263,7 @@ def _prefix_usage(sparql: str) -> tuple[set[str], list[str]]:
     declared: set[str] = set()
     used: list[str] = []
     expect_decl = False
-    for kind, text in _tokens(sparql):
-        if kind == "comment":
-            continue
+    for kind, text, _, _ in sparql_lexer.significant(sparql):
         if kind == "word" and text.upper() == "PREFIX":
             expect_decl = True
             continue

@@ -54,6 +54,7 @@ from pydantic import (
     model_validator,
 )
 
+from worker_agent import sparql_lexer
 from worker_agent.kg import add_missing_prefixes
 
 __all__ = [
@@ -596,31 +597,14 @@ def _guarded(name: str, function: Callable[..., Any], label: str) -> Callable[..
 # Rule enforcements: token-level rewrites that never touch IRIs, strings or comments
 # --------------------------------------------------------------------------------------------
 
-_SPARQL_TOKEN = re.compile(
-    r"""
-      (?P<ws>\s+)
-    | (?P<comment>\#[^\n\r]*)
-    | (?P<string>\"\"\"(?:[^"\\]|\\.|"(?!""))*\"\"\"
-               |'''(?:[^'\\]|\\.|'(?!''))*'''
-               |\"\"\"[\s\S]*|'''[\s\S]*
-               |"(?:[^"\\\n\r]|\\.)*"
-               |'(?:[^'\\\n\r]|\\.)*'
-               |["'][^\n\r]*)
-    | (?P<iri><[^<>"{}|^`\\\x00-\x20]*>)
-    | (?P<var>[?$][\w\u00B7\u0300-\u036F\u203F-\u2040]+)
-    | (?P<word>(?:[^\W\d][\w\-.]*)?:(?:[\w\-:%]|\\.|\.(?=[\w\-:%]))*
-             |\w(?:[\w\-]|\.(?=\w))*)
-    | (?P<punct>.)
-    """,
-    re.VERBOSE | re.DOTALL,
-)
 _AGGREGATES = frozenset({"COUNT", "SUM", "AVG", "MIN", "MAX", "SAMPLE", "GROUP_CONCAT"})
 _Token = tuple[str, str]
 
 
 def _lex(sparql: str) -> list[_Token]:
-    """Total tokenizer: every character lands in exactly one token, so joining is lossless."""
-    return [(m.lastgroup or "punct", m.group()) for m in _SPARQL_TOKEN.finditer(sparql)]
+    """Every character in exactly one token, so joining is lossless; an unterminated string runs
+    to the end of its line, so a rewrite never edits inside it."""
+    return [(t.kind, t.text) for t in sparql_lexer.tokens(sparql, open_strings=True)]
 
 
 def _is_word(token: _Token, *words: str) -> bool:
