@@ -307,8 +307,13 @@ def _print_ledger(ws: Any, fmt: str, all_features: bool) -> None:
     records = [r for r in records if r.eval_context.comparable(latest)]
     if others:
         err_console.print(f"{len(others)} versions measured on another dataset/split/KG are not shown")
+    from researcher.ledger import DEFAULT_METRICS
+
+    metrics = list(DEFAULT_METRICS)
+    if any(r.repeats for r in records):  # --repeats k: mean and 95% CI of set_F per version
+        metrics += ["repeats.n", "repeats.mean", "repeats.ci95"]
     tables = [("Features x versions", feature_table(records, all_features=all_features)),
-              ("Metrics x versions (validation)", metric_table(records))]
+              ("Metrics x versions (validation)", metric_table(records, metrics))]
     if fmt == "text":
         for title, table in tables:
             t = Table(title=title)
@@ -426,6 +431,14 @@ def _load_context(spec_dir: Optional[Path], version: Optional[str], questions: O
     return ws.data, AgentSpec.from_files(ws.versions.files(name)), name, ws.versions.get(name).commit, ws.traces_dir
 
 
+def _cache_path(traces_root: Path) -> Optional[Path]:
+    """Inside a workspace, its response cache; else the user-level default (None)."""
+    from researcher.workspace import CONFIG_NAME
+
+    root = traces_root.parent
+    return root / ".cache" / "responses.sqlite" if (root / CONFIG_NAME).is_file() else None
+
+
 def _examples(data: Any) -> list[Any]:
     from worker_agent.strategies import Example
 
@@ -460,7 +473,7 @@ def eval_command(
         raise CLIError(f"the {split} split is empty")
     out_dir = out or traces_root / f"eval-{label}-{split}"
     agent = WorkerAgent(spec, data.kg, _examples(data), traces_dir=out_dir, spec_version=label, spec_commit=commit,
-                        dataset=data.dataset_info())
+                        dataset=data.dataset_info(), cache_path=_cache_path(traces_root))
     with Progress(console=err_console, transient=True, disable=as_json) as progress:
         task = progress.add_task(f"{label} on {split}", total=len(qs))
 
@@ -496,7 +509,8 @@ def ask(
 
     data, spec, label, commit, traces_root = _load_context(spec_dir, version, questions, kg, endpoint, None)
     agent = WorkerAgent(spec, data.kg, _examples(data), traces_dir=traces_root / f"ask-{label}",
-                        spec_version=label, spec_commit=commit, dataset=data.dataset_info())
+                        spec_version=label, spec_commit=commit, dataset=data.dataset_info(),
+                        cache_path=_cache_path(traces_root))
     import hashlib
 
     uid = "ask-" + hashlib.sha1(question.encode()).hexdigest()[:10]

@@ -530,7 +530,7 @@ def _metric_value(record: VersionRecord, metric: str) -> Cell:
     head, _, rest = metric.partition(".")
     if head == "tokens" and rest in ("input", "output"):
         return getattr(record.tokens, rest)
-    if head == "repeats" and rest in ("mean", "std", "n"):
+    if head == "repeats" and rest in ("mean", "std", "n", "ci95"):
         return _repeat_stat(record.repeats, rest)
     scores = record.scores
     if head == "families" and rest:
@@ -546,6 +546,8 @@ def _repeat_stat(values: list[float], stat: str) -> Cell:
         return len(values)
     if stat == "mean":
         return statistics.fmean(values) if values else None
+    if stat == "ci95":  # half-width of the normal-approximation 95% interval of the mean
+        return 1.96 * statistics.stdev(values) / len(values) ** 0.5 if len(values) >= 2 else None
     return statistics.stdev(values) if len(values) >= 2 else None
 
 

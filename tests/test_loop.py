@@ -241,3 +241,13 @@ def test_llm_researcher_through_the_real_openai_sdk(ws, monkeypatch, respx_using
     assert record.cost_usd > 0 and record.tokens.input >= 5000
     assert summary.iterations == 1
     assert "sk-test" not in ws.ledger_path.read_text()
+
+
+def test_repeats_give_mean_and_interval_per_version(ws, monkeypatch):
+    monkeypatch.chdir(ws.root)
+    result = runner.invoke(app, ["loop", "-n", "1", "--repeats", "2", "--no-test"])
+    assert result.exit_code == 0, result.output
+    records = find_workspace(ws.root).ledger.versions()
+    assert all(len(r.repeats) == 2 for r in records)
+    table = runner.invoke(app, ["ledger", "--format", "csv"]).output
+    assert "repeats.mean" in table and "repeats.ci95" in table
