@@ -1,16 +1,16 @@
 """Benchmark of the offline strategy (no LLM).
 
-Prints official-equivalent set_F (``researcher.metrics``) of the offline strategy:
+Prints official-equivalent set_F (``researcher.metrics``) of the offline strategy, for the seed
+spec v1 as shipped and for the same spec with every rule enabled and ``few_shot: 5``:
 
-* on the bundled demo dataset's validation split (training split as examples) for the seed spec
-  v1 as shipped and for the same spec with every rule enabled and ``few_shot: 5``;
-* on CK25's validation split (``researcher.datasets.make_splits(seed=0)``, training split as
-  examples), when ``/work/shared/datasets/ck25`` (or ``--ck25``) exists;
+* on the bundled demo dataset (its ``splits.yml``; training split as examples);
+* on CK25 (``researcher.datasets.make_splits(seed=0)``; training split as examples), when
+  ``/work/shared/datasets/ck25`` (or ``--ck25``) exists;
 
-with the time per question. ``--split test`` scores the test split instead, ``--show`` prints
-every question with its outcome.
+each on the validation and the test split (``--split`` picks), with the time per question.
+``--show`` prints every question with its outcome.
 
-    python benchmarks/bench_offline.py [--split validation|test] [--show] [--ck25 DIR]
+    python benchmarks/bench_offline.py [--split validation test] [--show] [--ck25 DIR]
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from researcher.datasets import (
     load_splits,
     make_splits,
 )
+from researcher.propose import set_rule_enabled, set_yaml_value
 from worker_agent.agent import WorkerAgent
 from worker_agent.kg import KGError, KnowledgeGraph, open_kg
 from worker_agent.spec import AgentSpec, seed_spec_path
@@ -64,22 +65,14 @@ def examples_of(questions: Sequence[Question]) -> list[Example]:
 
 
 def spec_variant(all_rules: bool = False, **config: Any) -> AgentSpec:
-    """The seed spec, optionally with every rule on and some config fields changed."""
+    """The seed spec, optionally with every rule on and some config fields changed
+    (``tools__surface_forms__k=3`` for nested fields)."""
     files = AgentSpec.load(seed_spec_path()).files()
     if all_rules:
-        rules = yaml.safe_load(files["rules.yaml"])
-        for rule in rules:
-            rule["enabled"] = True
-        files["rules.yaml"] = yaml.safe_dump(rules, sort_keys=False)
-    if config:
-        agent = yaml.safe_load(files["agent.yaml"])
-        for dotted, value in config.items():
-            node = agent
-            *path, last = dotted.split("__")
-            for key in path:
-                node = node[key]
-            node[last] = value
-        files["agent.yaml"] = yaml.safe_dump(agent, sort_keys=False)
+        for rule in yaml.safe_load(files["rules.yaml"]):
+            files["rules.yaml"] = set_rule_enabled(files["rules.yaml"], rule["id"], True)
+    for dotted, value in config.items():
+        files["agent.yaml"] = set_yaml_value(files["agent.yaml"], dotted.replace("__", "."), value)
     return AgentSpec.from_files(files)
 
 
@@ -161,18 +154,19 @@ def load_ck25(root: Path) -> Callable[[], tuple[KnowledgeGraph, QuestionSet, Spl
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--split", default="validation", choices=("validation", "test"))
+    parser.add_argument("--split", nargs="+", default=["validation", "test"], choices=("validation", "test"))
     parser.add_argument("--show", action="store_true", help="print every question")
     parser.add_argument("--ck25", type=Path, default=CK25, help="CK25 directory")
     args = parser.parse_args(argv)
     seed = AgentSpec.load(seed_spec_path())
     best = spec_variant(all_rules=True, few_shot=5)
     specs = [("v1 (seed, rules as shipped)", seed), ("all rules on, few_shot 5", best)]
-    bench("demo", load_demo, specs, args.split, args.show)
-    if (args.ck25 / "questions.yml").exists():
-        bench("ck25", load_ck25(args.ck25), specs, args.split, args.show)
-    else:
-        print(f"ck25: skipped ({args.ck25} not found)")
+    for split in args.split:
+        bench("demo", load_demo, specs, split, args.show)
+        if (args.ck25 / "questions.yml").exists():
+            bench("ck25", load_ck25(args.ck25), specs, split, args.show)
+        else:
+            print(f"ck25: skipped ({args.ck25} not found)")
 
 
 if __name__ == "__main__":

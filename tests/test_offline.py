@@ -1,5 +1,6 @@
-"""worker_agent.strategies.offline (+ worker_agent.retrieval): the deterministic retrieve-and-adapt
-strategy on the real demo graph with real tools; every rule is shown to change what it does."""
+"""worker_agent.strategies.offline (+ .template, .wording, worker_agent.retrieval): the deterministic
+retrieve-adapt-compose strategy on the real demo graph with real tools; every rule is shown to change
+what it does."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from researcher.datasets import (
     make_splits,
 )
 from researcher.metrics import answer_set
+from researcher.propose import set_rule_enabled, set_yaml_value
 from worker_agent.agent import WorkerAgent, build_tools
 from worker_agent.kg import OxigraphKG, open_kg
 from worker_agent.retrieval import Hit, TfidfRetriever, make_retriever
@@ -29,6 +31,20 @@ from worker_agent.strategies.offline import (
     parse_template,
     question_kind,
     superlative_polarity,
+)
+from worker_agent.strategies.template import (
+    Variant,
+    add_column,
+    add_patterns,
+    reproject,
+    to_count,
+    uncount,
+)
+from worker_agent.strategies.wording import (
+    asks_for_names,
+    asks_several,
+    asks_who,
+    word_sim,
 )
 from worker_agent.trace import Trace, load_trace
 
@@ -70,19 +86,10 @@ def make_spec(on: Iterable[str] | None = None, **config) -> AgentSpec:
     (``tools__surface_forms__k=3`` for nested fields)."""
     files = AgentSpec.load(seed_spec_path()).files()
     if on is not None:
-        rules = yaml.safe_load(files["rules.yaml"])
-        for rule in rules:
-            rule["enabled"] = rule["id"] in set(on)
-        files["rules.yaml"] = yaml.safe_dump(rules, sort_keys=False)
-    if config:
-        agent = yaml.safe_load(files["agent.yaml"])
-        for dotted, value in config.items():
-            node = agent
-            *path, last = dotted.split("__")
-            for key in path:
-                node = node[key]
-            node[last] = value
-        files["agent.yaml"] = yaml.safe_dump(agent, sort_keys=False)
+        for rule in yaml.safe_load(files["rules.yaml"]):
+            files["rules.yaml"] = set_rule_enabled(files["rules.yaml"], rule["id"], rule["id"] in set(on))
+    for dotted, value in config.items():
+        files["agent.yaml"] = set_yaml_value(files["agent.yaml"], dotted.replace("__", "."), value)
     return AgentSpec.from_files(files)
 
 
@@ -151,6 +158,71 @@ def test_unmatched_slot_is_relaxed(kg, by_id):
     assert answers(kg, result.query) == gold(kg, by_id["5"])
 
 
+def test_composes_a_query_when_no_template_fits(kg, by_id):
+    # The only template orders books by length; the question asks for a person's birthplace.
+    result, trace = ask(strategy(kg, [by_id["33"]], ALL), "What is the birthplace of Bjork Sigurdardottir?")
+    assert result.detail.startswith("composed") and "bornIn" in result.query
+    assert answers(kg, result.query) == gold(kg, by_id["15"])
+    composed = next(s for s in trace.steps if s["kind"] == "composed")
+    assert composed["anchors"] == [f"<{RES}person-Bj%C3%B6rk.Sigur%C3%B0ard%C3%B3ttir>"]
+
+
+def test_constraint_the_template_lacks_is_composed_in(kg, by_id):
+    # "Which books did X write?" has no genre; the question names one: joined to the answer.
+    result, _ = ask(strategy(kg, [by_id["5"]], ALL), "Which crime books did Zoë Müller write?")
+    assert "constrained" in result.detail and "genre-crime" in result.query
+    crime = Example("x", "", "PREFIX do: <http://demo.sparql-researcher.org/ontology/> SELECT ?r WHERE "
+                    f"{{ ?r do:author <{RES}person-Zo%C3%AB.M%C3%BCller> ; do:genre <{RES}genre-crime> }}")
+    assert answers(kg, result.query) == gold(kg, crime)
+
+
+def test_compound_mention_splits_into_categories(tmp_path):
+    ttl = tmp_path / "items.ttl"
+    ttl.write_text("""
+@prefix o: <http://ex.org/o/> . @prefix r: <http://ex.org/r/> . @prefix owl: <http://www.w3.org/2002/07/owl#> .
+@prefix rdfs: <http://www.w3.org/2000/01/rdf-schema#> .
+o:Item a owl:Class ; rdfs:label "item" .  o:Category a owl:Class ; rdfs:label "category" .
+o:Expert a owl:Class ; rdfs:label "expert" .
+o:inCategory a owl:ObjectProperty ; rdfs:label "in category" ; rdfs:domain o:Item ; rdfs:range o:Category .
+o:knows a owl:ObjectProperty ; rdfs:label "expertise" ; rdfs:domain o:Expert ; rdfs:range o:Category .
+r:valve a o:Category ; rdfs:label "Valve" .  r:pump a o:Category ; rdfs:label "Pump" .
+r:i1 a o:Item ; rdfs:label "VP-100 Valve Pump" ; o:inCategory r:valve, r:pump .
+r:i2 a o:Item ; rdfs:label "VP-200 Valve Pump" ; o:inCategory r:valve, r:pump .
+r:i3 a o:Item ; rdfs:label "V-7 Valve" ; o:inCategory r:valve .
+r:e1 a o:Expert ; rdfs:label "Ann Smith" ; o:knows r:valve .
+""", encoding="utf-8")
+    items = open_kg([ttl])
+    pool = [Example("t:1", "Who knows about Valve?", "SELECT ?result WHERE { ?result <http://ex.org/o/knows> <http://ex.org/r/valve> }")]
+    strat = strategy(items, pool, ALL)
+    assert [l.surface for l in strat.link("How many Valve Pumps do we sell?")] == ["Valve", "Pumps"]
+    assert strat.link("How many VP-100 Valve Pump items are there?")[0].surface != "Valve"  # a full name stays whole
+    result, _ = ask(strat, "How many Valve Pumps do we sell?")
+    assert answers(items, result.query) == {"2": 1}
+
+
+def test_count_template_answers_a_list_question_as_a_list(kg, by_id):
+    pool = [by_id["19"]]  # How many books did José Almeida write?
+    question = "Which books did Zoë Müller write?"
+    on, _ = ask(strategy(kg, pool, ALL), question)
+    off, _ = ask(strategy(kg, pool, ALL - {"expected_shape"}), question)
+    assert "COUNT" not in on.query and answers(kg, on.query) == gold(kg, by_id["6"])  # List all books by Zoë Müller.
+    assert "COUNT" in off.query
+
+
+def test_projection_follows_the_question(kg, by_id):
+    # One answer asked for: the template's extra email column goes (project_iris).
+    question = "Which librarians are employed by the Lisbon Municipal Library?"
+    on, _ = ask(strategy(kg, [by_id["50"]], ALL), question)
+    off, _ = ask(strategy(kg, [by_id["50"]], ALL - {"project_iris"}), question)
+    assert answers(kg, on.query) == gold(kg, by_id["58"]) != answers(kg, off.query)
+    # An attribute asked for alongside ("with their email addresses"): added as a column.
+    listed, _ = ask(strategy(kg, [by_id["58"]], ALL), by_id["50"].text)
+    assert "column email added" in listed.detail and answers(kg, listed.query) == gold(kg, by_id["50"])
+    # Names asked for: the answer's name instead of the answer.
+    named, _ = ask(strategy(kg, [by_id["3"]], ALL), "What is the name of the author of Winter Orchards?")
+    assert answers(kg, named.query) == {"Björk Sigurðardóttir": 1}
+
+
 # ----------------------------------------------------------------------------- rules
 
 
@@ -175,7 +247,11 @@ def test_unicode_fallback_rule(kg, train, by_id):
 
 def test_verify_nonempty_falls_back_to_the_next_candidate(kg, by_id):
     question = "Which books did Hans Müller write?"
-    misleading, right = by_id["1"], by_id["5"]  # "Who wrote X?" puts a person in a book's place
+    # A clean fit that comes back empty: the genre the template keeps is not one Hans Müller wrote.
+    misleading = Example("t:crime", "Which books did Zoë Müller write?",
+                         "PREFIX do: <http://demo.sparql-researcher.org/ontology/> SELECT DISTINCT ?result WHERE "
+                         f"{{ ?result do:author <{RES}person-Zo%C3%AB.M%C3%BCller> . ?result do:genre <{RES}genre-crime> . }}")
+    right = by_id["5"]
     rules = ALL - {"triple_direction", "verify_nonempty"}
     off = strategy(kg, [misleading, right], rules, few_shot=2)
     fixed_order(off, [misleading, right])
@@ -211,12 +287,12 @@ def test_ask_for_yes_no(kg, by_id):
 
 
 def test_triple_direction(kg, by_id):
-    question = by_id["8"]  # Which books is Lars Odegaard the author of?  worded like "author of X"
-    pool = [by_id["2"]]  # Who is the author of Winter Orchards?
-    off, _ = ask(strategy(kg, pool, ALL - {"triple_direction"}), question.text)
-    on, trace = ask(strategy(kg, pool, ALL), question.text)
+    question = "What did Lars Odegaard write?"  # the answers of "Which books is Lars Odegaard the author of?"
+    pool = [by_id["2"]]  # Who is the author of Winter Orchards?  (the book on the other side)
+    off, _ = ask(strategy(kg, pool, ALL - {"triple_direction", "verify_nonempty"}), question)
+    on, trace = ask(strategy(kg, pool, ALL), question)
     assert answers(kg, off.query) == {}
-    assert answers(kg, on.query) == gold(kg, question)
+    assert answers(kg, on.query) == gold(kg, by_id["8"])
     assert any("inverse triple direction" in s.get("notes", []) for s in trace.steps if s["kind"] == "execution")
 
 
@@ -271,8 +347,10 @@ r:c3 a o:City ; rdfs:label "Midtown" ; raw:population 10 .
 
 
 def test_knobs_change_behaviour(kg, train, by_id):
-    none, _ = ask(strategy(kg, train, ALL, few_shot=0), by_id["3"].text)
-    assert none.status == "no_answer" and none.query is None
+    none, t0 = ask(strategy(kg, train, ALL, few_shot=0), by_id["3"].text)
+    assert next(s for s in t0.steps if s["kind"] == "retrieval")["hits"] == []
+    assert not any(s["kind"] == "candidate" for s in t0.steps)  # no template: composition only
+    assert none.query is None or none.detail.startswith("composed")
     one = strategy(kg, train, ALL, few_shot=1)
     five = strategy(kg, train, ALL, few_shot=5)
     _, t1 = ask(one, by_id["33"].text)
@@ -390,6 +468,39 @@ def test_question_analysis():
     assert comparison_direction("List the books published before 1950.") == -1
     assert comparison_direction("coils that do not exceed 15 mm") == -1
     assert comparison_direction("Which books have more than 800 pages?") == 1
+
+
+def test_structural_edits_of_a_variant():
+    example = Example("t:e", "q", "PREFIX do: <http://ex.org/o/>\nSELECT DISTINCT ?b ?t WHERE { ?b do:author ?a ; "
+                      "do:title ?t . ?a do:name \"Ann\" . }")
+    tpl = parse_template(example)
+    base, memo = Variant.of(tpl)
+    assert base.projection == ["?b", "?t"] and base.answer == "?b" and memo
+    one = reproject(base, ["?b"], "only ?b")
+    assert one is not None and one.projection == ["?b"] and "do:title" not in one.render()  # served ?t only
+    assert base.projection == ["?b", "?t"]  # edits work on copies
+    wide = add_column(one, "?b", "http://ex.org/o/isbn", "?isbn", "isbn")
+    assert wide.projection == ["?b", "?isbn"] and "OPTIONAL { ?b <http://ex.org/o/isbn> ?isbn . }" in wide.render()
+    assert "WHERE" in wide.render().split("{")[0]  # the column goes before the WHERE keyword
+    more = add_patterns(one, ["?b <http://ex.org/o/genre> <http://ex.org/r/crime> ."], "genre")
+    assert more.render().count("genre") == 1 and more.notes[-1] == "genre"
+    counted = parse_template(Example("t:c", "q", "SELECT (COUNT(DISTINCT ?x) AS ?n) WHERE { ?x a <http://ex.org/o/Book> }"))
+    listed = uncount(Variant.of(counted)[0])
+    assert listed is not None and listed.render().startswith("SELECT DISTINCT ?x")
+    assert uncount(base) is None  # not a count
+    asked = to_count(one)
+    assert asked is not None and "COUNT(DISTINCT ?b)" in asked.render()
+
+
+def test_wording_helpers():
+    assert asks_for_names("What is the name of the Network expert?")
+    assert not asks_for_names("Which libraries have Public in their name?")
+    assert not asks_for_names("Which authors have a name containing 'sen'?")
+    assert asks_several("Show the books with their ISBN, if they have one.") == " ISBN, if they have one."
+    assert asks_several("Which books did Zoë Müller write?") is None
+    assert asks_who("Who wrote Harbour?") and not asks_who("Which author wrote Harbour?")
+    assert word_sim("telephone", "phone") >= 80 and word_sim("published", "publication") >= 80
+    assert word_sim("offer", "category") < 60
 
 
 def test_retrievers_rank_by_template_wording():

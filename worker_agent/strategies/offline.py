@@ -1,30 +1,40 @@
-"""The offline strategy: deterministic text-to-SPARQL by retrieving and adapting training queries.
+"""The offline strategy: deterministic text-to-SPARQL by retrieving, adapting and composing queries.
 
 No LLM. For a new question the strategy
 
-1. **links** mentions in the question with the surface-form tool (entities, classes, properties),
-   and finds numbers and quoted strings;
+1. **links** mentions in the question with the surface-form tool (entities, classes, properties;
+   a compound that only partly names its best candidate is split into the things its words name
+   exactly), finds numbers and quoted strings, and looks up capitalized words the KG holds as
+   values ("... vendors in Spain" -> "Spain");
 2. **retrieves** the most similar training questions (:mod:`worker_agent.retrieval`, mentions
    masked so that template wording dominates);
-3. **adapts** each retrieved gold query: its *slots* (entity IRIs, classes, properties, string
-   and number literals that the training question mentions) are aligned with the new mentions
-   by kind, type compatibility and order, then substituted; a slot the new question has no
-   filler for is relaxed (its triple patterns dropped); superlatives and comparisons that point
-   the other way flip ``ORDER BY`` and the comparison operator; predicates that no longer fit a
-   substituted entity or class are re-linked through the ontology tool;
-4. **executes** every variant with the test-SPARQL tool and **verifies** it, falling back to the
-   next variant and the next template.
+3. **adapts** each retrieved gold query (:mod:`worker_agent.strategies.template`): its *slots*
+   (entity IRIs, classes, properties, string and number literals that the training question
+   mentions) are aligned with the new mentions by kind, type compatibility, order and word
+   alignment (:mod:`worker_agent.strategies.wording`), then substituted; a slot the new question
+   has no filler for is relaxed; entities and values the template lacks are joined to its answer;
+   superlatives and comparisons that point the other way flip ``ORDER BY`` and the comparison;
+4. **composes** queries from the question's own mentions and the ontology when no template
+   fits: every entity or value joined to the answer by the predicate the question's words name
+   (or the only one reaching the class it asks for), in one or two hops;
+5. **orders** the candidates (clean adaptations, well-supported compositions, adaptations that
+   use every mention, other compositions, the rest), **executes** them with the test-SPARQL tool,
+   repairs empty ones (inverse directions, re-linked predicates), shapes them as the question
+   asks (ASK, COUNT or a list; the answer's kind, columns and names) and **verifies** them,
+   falling back to the next candidate.
 
 The agent spec steers all of it. Knobs: ``few_shot`` (templates tried), ``retrieval``,
 ``tools.surface_forms.k`` (candidates per mention) and ``fuzzy_threshold`` (linking threshold).
 Rules (by id, see ``versions/v1/rules.yaml``): ``unicode_fallback`` (accent folding while
 linking), ``surname_linking`` (titles dropped, surnames linked; off: partial person names are
 rejected), ``verify_nonempty`` (empty results are rejected), ``expected_shape`` (a number for
-"how many", a boolean for yes/no; mismatches are repaired or rejected), ``ask_for_yes_no`` (ASK
-templates for yes/no questions), ``triple_direction`` (inverse triple patterns on empty results),
-``answer_type_constraint`` (``?answer a <Class>`` for the class the question names),
-``project_iris`` (entities instead of their labels unless names are asked for) and
-``ontology_namespace`` (ontology-namespace predicates first when re-linking).
+"how many", a boolean for yes/no, a list rather than a count otherwise; mismatches are repaired
+or rejected), ``ask_for_yes_no`` (ASK templates for yes/no questions), ``triple_direction``
+(inverse triple patterns on empty results), ``answer_type_constraint`` (``?answer a <Class>`` for
+the class the question names, and the variable holding the asked-for kind projected),
+``project_iris`` (entities instead of their labels unless names are asked for; only the columns
+the question asks for) and ``ontology_namespace`` (ontology-namespace predicates first when
+re-linking).
 
 Every retrieval hit, linking decision, candidate query and execution is a trace step. The
 strategy only ever sees the training examples it was built with.
@@ -32,26 +42,73 @@ strategy only ever sees the training examples it was built with.
 
 from __future__ import annotations
 
-import copy
-import difflib
 import itertools
-import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from rapidfuzz import fuzz
 
-from worker_agent.kg import KNOWN_PREFIXES, KGError
+from worker_agent.kg import KGError
 from worker_agent.retrieval import Hit, Retriever, make_retriever, normalize_text
 from worker_agent.strategies import Example, StrategyResult
+from worker_agent.strategies.template import (
+    RDF_TYPE,
+    XSD,
+    Slot,
+    Template,
+    TemplateError,
+    Tok,
+    Triple,
+    Variant,
+    add_column,
+    add_patterns,
+    add_type,
+    expand,
+    flip_comparisons,
+    flip_order,
+    literal_value,
+    parse_template,
+    relax,
+    reproject,
+    requote,
+    to_ask,
+    to_count,
+    triple_vars,
+    uncount,
+    var_class,
+    walk_terms,
+    where_close,
+)
+from worker_agent.strategies.wording import (
+    HINTS,
+    Mention,
+    QuestionKind,
+    align_words,
+    asks_for_names,
+    asks_several,
+    asks_who,
+    comparison_direction,
+    find_numbers,
+    find_quoted,
+    is_number,
+    mentions_names,
+    norm,
+    overlapping,
+    question_kind,
+    same_number,
+    singulars,
+    snap,
+    split_camel,
+    superlative_polarity,
+    word_sim,
+)
 from worker_agent.tools import (
     STOPWORDS,
     Candidate,
     Span,
-    fold_accents,
     local_name,
     local_name_surface,
     tokenize,
@@ -62,9 +119,11 @@ if TYPE_CHECKING:
     from worker_agent.tools import Tools
     from worker_agent.trace import Trace
 
-__all__ = ["OfflineStrategy", "Template", "TemplateError", "parse_template", "question_kind"]
+__all__ = [
+    "OfflineStrategy", "Template", "TemplateError", "comparison_direction", "find_numbers",
+    "parse_template", "question_kind", "superlative_polarity",
+]
 
-RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
 RDFS = "http://www.w3.org/2000/01/rdf-schema#"
 OWL = "http://www.w3.org/2002/07/owl#"
 _CLASS_TYPES = frozenset({OWL + "Class", RDFS + "Class"})
@@ -74,555 +133,9 @@ _SCHEMA_TYPES = _CLASS_TYPES | _PROPERTY_TYPES | {OWL + "Ontology"}
 _GENERIC_TYPES = frozenset({OWL + "Thing", RDFS + "Resource", OWL + "NamedIndividual"})
 _PERSON_RE = re.compile(r"person|people|human|employee|manager|staff|author|writer|librarian|actor|"
                         r"artist|politician|scientist|player|athlete|member|agent", re.IGNORECASE)
-_XSD = "http://www.w3.org/2001/XMLSchema#"
-_NUMERIC_DATATYPES = frozenset(_XSD + t for t in (
+_NUMERIC_DATATYPES = frozenset(XSD + t for t in (
     "integer", "int", "long", "short", "byte", "decimal", "double", "float", "nonNegativeInteger",
     "positiveInteger", "negativeInteger", "nonPositiveInteger", "unsignedInt", "unsignedLong"))
-
-# ============================================================================================
-# SPARQL templates: a small tokenizer and a structural parser of the WHERE clause
-# ============================================================================================
-
-
-class TemplateError(Exception):
-    """A gold query the offline strategy cannot take apart (one line, names the example)."""
-
-
-_TOKEN_RE = re.compile(
-    r"""(?P<ws>(?:\s+|\#[^\n]*)+)
-    |(?P<iri><[^<>"{}|^`\\\s]*>)
-    |(?P<string>(?:\"\"\"(?:[^\\]|\\.)*?\"\"\"|'''(?:[^\\]|\\.)*?'''|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
-        (?:@[A-Za-z]+(?:-[A-Za-z0-9]+)*|\^\^(?:<[^<>"{}|^`\\\s]*>|[A-Za-z][\w\-]*:[\w\-]*))?)
-    |(?P<var>[?$][A-Za-z0-9_\u00B7\u00C0-\uFFFF]+)
-    |(?P<number>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)
-    |(?P<bnode>_:[A-Za-z0-9_\-]+)
-    |(?P<pname>(?:[A-Za-z][\w\-]*(?:\.[\w\-]+)*)?:(?:[\w\-%:]+(?:\.[\w\-%:]+)*)?)
-    |(?P<word>[A-Za-z_][A-Za-z0-9_]*)
-    |(?P<punct>\^\^|&&|\|\||!=|<=|>=|[{}()\[\].;,*/|^+?!=<>\-])
-    """,
-    re.VERBOSE | re.DOTALL,
-)
-_TERM_KINDS = frozenset({"iri", "pname", "var", "string", "number", "bnode"})
-_GROUP_KEYWORDS = frozenset({"OPTIONAL", "MINUS", "UNION", "GRAPH", "SERVICE", "SILENT"})
-_EXPR_KEYWORDS = frozenset({"FILTER", "BIND"})
-_MODIFIER_KEYWORDS = frozenset({"GROUP", "ORDER", "HAVING", "LIMIT", "OFFSET"})
-
-
-@dataclass
-class Tok:
-    kind: str  # iri | pname | string | var | number | bnode | word | punct
-    text: str
-    pre: str = " "
-
-    @property
-    def upper(self) -> str:
-        return self.text.upper() if self.kind == "word" else ""
-
-
-@dataclass
-class Triple:
-    """One expanded triple pattern ``s p o .`` (``;`` and ``,`` shorthand is expanded)."""
-
-    s: list[Tok]
-    p: list[Tok]
-    o: list[Tok]
-    pre: str = "\n  "
-
-    def text(self) -> str:
-        return " ".join(t.text for t in (*self.s, *self.p, *self.o)) + " ."
-
-    @property
-    def s_var(self) -> str | None:
-        return self.s[0].text if len(self.s) == 1 and self.s[0].kind == "var" else None
-
-    @property
-    def o_var(self) -> str | None:
-        return self.o[0].text if len(self.o) == 1 and self.o[0].kind == "var" else None
-
-    def is_type(self) -> bool:
-        return len(self.p) == 1 and self.p[0].text in ("a", "rdf:type", f"<{RDF_TYPE}>")
-
-    def vars(self) -> set[str]:
-        return {t.text for t in (*self.s, *self.p, *self.o) if t.kind == "var"}
-
-
-Piece = Tok | Triple
-
-
-def tokenize_sparql(sparql: str) -> list[Tok]:
-    toks: list[Tok] = []
-    pre = ""
-    pos = 0
-    while pos < len(sparql):
-        m = _TOKEN_RE.match(sparql, pos)
-        if m is None:
-            raise TemplateError(f"cannot tokenize at {sparql[pos:pos + 20]!r}")
-        kind = m.lastgroup or "punct"
-        if kind == "ws":
-            pre += m.group()
-        else:
-            toks.append(Tok(kind, m.group(), pre))
-            pre = ""
-        pos = m.end()
-    return toks
-
-
-class _Parser:
-    """Turns the token list into pieces: raw tokens, with every triple block of every group
-    pattern replaced by expanded :class:`Triple` objects. Unsupported syntax (collections,
-    blank-node property lists, negated paths) makes the template *opaque*: still usable for
-    plain substitution, not for structural edits."""
-
-    def __init__(self, toks: list[Tok]) -> None:
-        self.toks = toks
-        self.i = 0
-        self.pieces: list[Piece] = []
-
-    def peek(self, ahead: int = 0) -> Tok | None:
-        j = self.i + ahead
-        return self.toks[j] if j < len(self.toks) else None
-
-    def raw(self) -> None:
-        self.pieces.append(self.toks[self.i])
-        self.i += 1
-
-    def raw_balanced(self, open_: str, close: str) -> None:
-        depth = 0
-        while self.i < len(self.toks):
-            tok = self.toks[self.i]
-            if tok.text == open_:
-                depth += 1
-            elif tok.text == close:
-                depth -= 1
-            self.raw()
-            if depth <= 0:
-                return
-
-    def parse(self) -> tuple[list[Piece], bool]:
-        """Pieces and whether the WHERE clause was fully understood."""
-        depth = 0
-        while self.i < len(self.toks):
-            tok = self.toks[self.i]
-            if tok.text == "{":
-                depth += 1
-                self.raw()
-                try:
-                    self.group_body()
-                except TemplateError:
-                    return [*self.pieces, *self.toks[self.i:]], False
-                continue
-            self.raw()
-        return self.pieces, True
-
-    def group_body(self) -> None:
-        """Inside ``{ ... }`` (the opening brace consumed); returns after the closing brace."""
-        while self.i < len(self.toks):
-            tok = self.toks[self.i]
-            up = tok.upper
-            if tok.text == "}":
-                self.raw()
-                return
-            if tok.text == "{":
-                self.raw()
-                self.group_body()
-            elif tok.text == ".":
-                self.raw()
-            elif up in _EXPR_KEYWORDS:
-                self.raw()
-                self.expression()
-            elif up in _GROUP_KEYWORDS:
-                self.raw()
-                nxt = self.peek()
-                if up in ("GRAPH", "SERVICE") and nxt is not None and nxt.kind in _TERM_KINDS:
-                    self.raw()
-            elif up == "VALUES":
-                while self.i < len(self.toks) and self.toks[self.i].text != "{":
-                    self.raw()
-                self.raw_balanced("{", "}")
-            elif up == "SELECT":  # sub-query: its head runs up to its own group
-                while self.i < len(self.toks) and self.toks[self.i].text != "{":
-                    if self.toks[self.i].text == "(":
-                        self.raw_balanced("(", ")")
-                    else:
-                        self.raw()
-            elif up in _MODIFIER_KEYWORDS or up == "BY":  # a sub-query's modifiers
-                while self.i < len(self.toks) and self.toks[self.i].text not in ("}", "{"):
-                    if self.toks[self.i].text == "(":
-                        self.raw_balanced("(", ")")
-                    else:
-                        self.raw()
-            elif tok.kind in _TERM_KINDS or tok.text == "[" or (tok.kind == "word" and tok.text in ("true", "false")):
-                self.triples_block()
-            else:
-                raise TemplateError(f"unexpected {tok.text!r} in a group pattern")
-        raise TemplateError("unbalanced braces")
-
-    def expression(self) -> None:
-        nxt = self.peek()
-        if nxt is None:
-            raise TemplateError("FILTER/BIND without an expression")
-        if nxt.text == "(":
-            self.raw_balanced("(", ")")
-        elif nxt.upper in ("NOT", "EXISTS"):
-            while self.i < len(self.toks) and self.toks[self.i].text != "{":
-                self.raw()
-        elif nxt.kind in ("word", "pname", "iri"):  # FILTER regex(...), FILTER <fn>(...)
-            self.raw()
-            if self.peek() is not None and self.peek().text == "(":  # type: ignore[union-attr]
-                self.raw_balanced("(", ")")
-        else:
-            raise TemplateError(f"unexpected {nxt.text!r} after FILTER/BIND")
-
-    def term(self) -> list[Tok]:
-        tok = self.peek()
-        if tok is None:
-            raise TemplateError("a triple pattern ends early")
-        if tok.kind in _TERM_KINDS or (tok.kind == "word" and tok.text in ("true", "false")):
-            self.i += 1
-            return [tok]
-        nxt = self.peek(1)
-        if tok.text == "[" and nxt is not None and nxt.text == "]":
-            self.i += 2
-            return [tok, nxt]
-        raise TemplateError(f"unsupported term {tok.text!r}")
-
-    def path(self) -> list[Tok]:
-        out: list[Tok] = []
-        while True:
-            tok = self.peek()
-            if tok is None:
-                raise TemplateError("a triple pattern ends early")
-            if tok.text == "^":
-                out.append(tok)
-                self.i += 1
-                continue
-            if tok.kind in ("iri", "pname", "var") or (tok.kind == "word" and tok.text == "a"):
-                out.append(tok)
-                self.i += 1
-            else:
-                raise TemplateError(f"unsupported property path at {tok.text!r}")
-            nxt = self.peek()
-            if nxt is not None and nxt.text in ("*", "+", "?") and nxt.kind == "punct":
-                out.append(nxt)
-                self.i += 1
-                nxt = self.peek()
-            if nxt is not None and nxt.text in ("/", "|"):
-                out.append(nxt)
-                self.i += 1
-                continue
-            return out
-
-    def triples_block(self) -> None:
-        first = self.toks[self.i]
-        subject = self.term()
-        pre = first.pre
-        while True:
-            predicate = self.path()
-            while True:
-                obj = self.term()
-                self.pieces.append(Triple(list(subject), list(predicate), obj, pre))
-                pre = "\n  "
-                if self.peek() is not None and self.peek().text == ",":  # type: ignore[union-attr]
-                    self.i += 1
-                    continue
-                break
-            nxt = self.peek()
-            if nxt is not None and nxt.text == ";":
-                self.i += 1
-                after = self.peek()
-                if after is not None and after.text in (".", "}"):
-                    break
-                continue
-            break
-        nxt = self.peek()
-        if nxt is not None and nxt.text == ".":
-            self.i += 1
-
-
-def _render(pieces: Sequence[Piece]) -> str:
-    out: list[str] = []
-    for piece in pieces:
-        if isinstance(piece, Triple):
-            out.append(piece.pre + piece.text())
-        elif piece.text:
-            out.append(piece.pre + piece.text)
-    return "".join(out).strip() + "\n"
-
-
-def _prefixes(toks: Sequence[Tok]) -> dict[str, str]:
-    out = dict(KNOWN_PREFIXES)
-    for i, tok in enumerate(toks[:-2]):
-        if tok.upper == "PREFIX" and toks[i + 1].kind == "pname" and toks[i + 2].kind == "iri":
-            out[toks[i + 1].text.rstrip(":")] = toks[i + 2].text[1:-1]
-    return out
-
-
-def _expand(tok: Tok, prefixes: dict[str, str]) -> str | None:
-    if tok.kind == "iri":
-        return tok.text[1:-1]
-    if tok.kind == "pname":
-        prefix, _, local = tok.text.partition(":")
-        ns = prefixes.get(prefix)
-        return ns + local if ns is not None else None
-    if tok.kind == "word" and tok.text == "a":
-        return RDF_TYPE
-    return None
-
-
-def _literal_value(tok: Tok) -> str:
-    """The lexical value of a string token (quotes, language tag and datatype removed)."""
-    text = tok.text
-    for q in ('"""', "'''", '"', "'"):
-        if text.startswith(q):
-            end = text.rfind(q)
-            return text[len(q):end] if end >= len(q) else text
-    return text
-
-
-# ============================================================================================
-# Templates and slots
-# ============================================================================================
-
-SlotKind = Literal["entity", "class", "property", "string", "number"]
-
-
-@dataclass(eq=False)  # identity: slots key the fill dictionaries
-class Slot:
-    """Something in a gold query that the training question names, and may be replaced."""
-
-    kind: SlotKind
-    value: str  # full IRI, or the literal's lexical value
-    toks: list[Tok]  # every occurrence in the template (same objects as in the pieces)
-    mention: tuple[int, int] | None = None  # where the training question names it
-    types: tuple[str, ...] = ()
-    in_triples: bool = False  # occurs in a triple pattern (relaxable)
-    in_raw: bool = False  # occurs outside triple patterns (FILTER, VALUES, LIMIT, ...)
-    # An *implicit* class: named by the question, present in the query only as the range
-    # ("o") or domain ("s") of the predicate in ``toks``; filling it re-links that predicate.
-    side: Literal["s", "o"] | None = None
-
-    @property
-    def rank_key(self) -> int:
-        return self.mention[0] if self.mention else 10**6
-
-
-@dataclass
-class Template:
-    """A training example's gold query taken apart for adaptation."""
-
-    example: Example
-    pieces: list[Piece]
-    structured: bool
-    form: str  # SELECT | ASK | CONSTRUCT | DESCRIBE
-    prefixes: dict[str, str]
-    form_index: int  # piece index of the form keyword
-    where_open: int  # piece index of the WHERE clause's "{"
-    where_close: int  # piece index of its "}"
-    projection: list[str] = field(default_factory=list)  # plain projected variables
-    aggregate: bool = False
-    slots: list[Slot] = field(default_factory=list)
-    features: frozenset[str] = frozenset()  # ASK, COUNT, ORDER, LIMIT, FILTER, HAVING, ...
-    polarity: int = 0  # superlative direction of the training question (+1 most, -1 least)
-    comparison: int = 0  # comparison direction of the training question (+1 more, -1 less)
-
-    @property
-    def triples(self) -> list[Triple]:
-        return [p for p in self.pieces if isinstance(p, Triple)]
-
-    def render(self) -> str:
-        return _render(self.pieces)
-
-    @property
-    def answer_var(self) -> str | None:
-        return self.projection[0] if self.projection else None
-
-
-def parse_template(example: Example) -> Template:
-    """Tokenize and parse ``example.sparql``; raises :class:`TemplateError`."""
-    try:
-        toks = tokenize_sparql(example.sparql)
-    except TemplateError as exc:
-        raise TemplateError(f"{example.uid}: {exc}") from None
-    pieces, structured = _Parser(toks).parse()
-    form_index = next((i for i, p in enumerate(pieces) if isinstance(p, Tok)
-                       and p.upper in ("SELECT", "ASK", "CONSTRUCT", "DESCRIBE")), None)
-    if form_index is None:
-        raise TemplateError(f"{example.uid}: no SELECT/ASK/CONSTRUCT/DESCRIBE")
-    where_open = next((i for i in range(form_index, len(pieces)) if isinstance(pieces[i], Tok)
-                       and pieces[i].text == "{"), None)  # type: ignore[union-attr]
-    if where_open is None:
-        raise TemplateError(f"{example.uid}: no WHERE clause")
-    depth, where_close = 0, None
-    for i in range(where_open, len(pieces)):
-        piece = pieces[i]
-        if isinstance(piece, Tok) and piece.text == "{":
-            depth += 1
-        elif isinstance(piece, Tok) and piece.text == "}":
-            depth -= 1
-            if depth == 0:
-                where_close = i
-                break
-    if where_close is None:
-        raise TemplateError(f"{example.uid}: unbalanced braces")
-    form = pieces[form_index].upper  # type: ignore[union-attr]
-    tpl = Template(example, pieces, structured, form, _prefixes(toks), form_index, where_open, where_close)
-    head = [p for p in pieces[form_index + 1:where_open] if isinstance(p, Tok)]
-    depth = 0
-    for tok in head:
-        if tok.text == "(":
-            depth += 1
-        elif tok.text == ")":
-            depth -= 1
-        elif tok.kind == "var" and depth == 0:
-            tpl.projection.append(tok.text)
-        elif tok.upper in ("COUNT", "SUM", "AVG", "MIN", "MAX", "GROUP_CONCAT", "SAMPLE"):
-            tpl.aggregate = True
-    words = {p.upper for p in pieces if isinstance(p, Tok) and p.kind == "word"}
-    tpl.features = frozenset(words & {"ASK", "COUNT", "ORDER", "LIMIT", "FILTER", "HAVING", "GROUP", "OPTIONAL"})
-    if tpl.aggregate and not tpl.projection:  # SELECT (COUNT(?x) AS ?n): the counted variable
-        inner = [t.text for t in head if t.kind == "var"]
-        tpl.projection = inner[:1]
-    return tpl
-
-
-def _walk_terms(tpl: Template) -> Iterator[tuple[Tok, str, Triple | None]]:
-    """Every term token with its role: s, p, o, type (object of rdf:type) or raw."""
-    for piece in tpl.pieces[tpl.where_open:]:
-        if isinstance(piece, Triple):
-            for tok in piece.s:
-                yield tok, "s", piece
-            for tok in piece.p:
-                yield tok, "p", piece
-            for tok in piece.o:
-                yield tok, "type" if piece.is_type() else "o", piece
-        else:
-            yield piece, "raw", None
-
-
-# ============================================================================================
-# Question analysis: kinds, numbers, strings, superlatives, comparisons
-# ============================================================================================
-
-_YES_NO_START = frozenset(["is", "are", "was", "were", "does", "do", "did", "has", "have", "had", "can", "could", "will", "would", "should", "shall", "may", "might", "am"])
-_COUNT_RE = re.compile(r"^(?:\W*\w+\W+){0,2}?(how many|how much|count|(?:what is |what's )?the number of)\b",
-                       re.IGNORECASE)
-_NAME_RE = re.compile(r"\b(names?|called|titles?|labels?)\b", re.IGNORECASE)
-
-QuestionKind = Literal["count", "boolean", "list"]
-
-
-def question_kind(text: str) -> QuestionKind:
-    """What shape of answer the question asks for."""
-    words = normalize_text(text).split()
-    if words and words[0] in _YES_NO_START:
-        return "boolean"
-    if _COUNT_RE.search(text):
-        return "count"
-    return "list"
-
-
-_UNITS = {w: i for i, w in enumerate(
-    ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"])}
-_TENS = {w: 10 * i for i, w in enumerate(["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]) if w != "_"}
-_SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000}
-_NUMBER_WORDS = frozenset(_UNITS) | frozenset(_TENS) | frozenset(_SCALES)
-_DIGITS_RE = re.compile(
-    r"(?<![A-Za-z0-9\-.])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(?:st|nd|rd|th|%)?(?![A-Za-z0-9\-])"  # 800, 6th
-    r"|(?<![A-Za-z0-9\-.])(\d+(?:\.\d+)?)(?=x\d)"  # the first 15 of 15x15
-    r"|(?<=\dx)(\d+(?:\.\d+)?)(?![A-Za-z0-9\-])"  # the second one
-)
-_QUOTED_RE = re.compile(r"""(?:^|(?<=[\s(]))(?:'([^']+)'|"([^"]+)"|‘([^’]+)’|“([^”]+)”)""")
-
-
-@dataclass(frozen=True)
-class Mention:
-    """A number or string found in a question."""
-
-    start: int
-    end: int
-    value: str
-
-
-def find_numbers(text: str) -> list[Mention]:
-    """Numbers written in digits (``800``, ``1,000,000``, ``6th``, ``15x15``) or words
-    (``one million``, ``twenty``)."""
-    found: list[Mention] = []
-    for m in _DIGITS_RE.finditer(text):
-        group = next(g for g in (1, 2, 3) if m.group(g))
-        found.append(Mention(m.start(group), m.end(group), m.group(group).replace(",", "")))
-    words = [(m.start(), m.end(), m.group().lower()) for m in re.finditer(r"[A-Za-z]+", text)]
-    i = 0
-    while i < len(words):
-        j, total, current = i, 0, 0
-        while j < len(words) and words[j][2] in _NUMBER_WORDS:
-            w = words[j][2]
-            if w in _UNITS:
-                current += _UNITS[w]
-            elif w in _TENS:
-                current += _TENS[w]
-            elif w in _SCALES:
-                current = max(current, 1) * _SCALES[w]
-                if _SCALES[w] >= 1000:
-                    total, current = total + current, 0
-            j += 1
-        # "one" alone is usually a pronoun ("the one that ..."), not a number.
-        if j > i and not (j - i == 1 and words[i][2] == "one"):
-            found.append(Mention(words[i][0], words[j - 1][1], str(total + current)))
-            i = j
-        else:
-            i += 1
-    return sorted(found, key=lambda m: m.start)
-
-
-def find_quoted(text: str) -> list[Mention]:
-    out = []
-    for m in _QUOTED_RE.finditer(text):
-        g = next(i for i in range(1, 5) if m.group(i) is not None)
-        out.append(Mention(m.start(g), m.end(g), m.group(g)))
-    return out
-
-
-_HIGH = ("most", "largest", "biggest", "highest", "greatest", "maximum", "longest", "latest", "newest",
-         "recent", "recently", "youngest", "heaviest", "top", "best", "tallest", "richest", "priciest",
-         "costliest", "busiest", "widest", "deepest")
-_LOW = ("least", "fewest", "smallest", "lowest", "minimum", "shortest", "earliest", "oldest", "lightest",
-        "cheapest", "worst", "poorest", "narrowest", "shallowest")
-_GT = ("more than", "greater than", "larger than", "bigger than", "higher than", "longer than",
-       "heavier than", "later than", "newer than", "over", "above", "after", "exceeding", "exceeds",
-       "exceed", "at least", "since", "beyond")
-_LT = ("less than", "fewer than", "smaller than", "lower than", "shorter than", "lighter than",
-       "earlier than", "older than", "cheaper than", "under", "below", "before", "at most",
-       "not exceed", "does not exceed", "up to", "until")
-
-
-def _fuzzy_word_in(word: str, lexicon: Iterable[str]) -> bool:
-    if word in lexicon:
-        return True
-    return len(word) >= 6 and any(len(w) >= 6 and fuzz.ratio(word, w) >= 88 for w in lexicon)
-
-
-def superlative_polarity(text: str) -> int:
-    """+1 for "most/largest/latest...", -1 for "least/smallest/oldest...", 0 for neither."""
-    for word in normalize_text(text).split():
-        if _fuzzy_word_in(word, _HIGH):
-            return 1
-        if _fuzzy_word_in(word, _LOW):
-            return -1
-    return 0
-
-
-def comparison_direction(text: str, before: int | None = None) -> int:
-    """+1 for "more than/after/over...", -1 for "less than/before/under...", 0 for neither;
-    the phrase closest before character ``before`` wins."""
-    scope = normalize_text(text[:before] if before is not None else text)
-    best, where = 0, -1
-    for phrases, sign in ((_LT, -1), (_GT, 1)):
-        for phrase in phrases:
-            for m in re.finditer(rf"\b{re.escape(phrase)}\b", scope):
-                # Longer phrases ("does not exceed") beat the shorter ones they contain.
-                if m.end() > where or (m.end() == where and sign == -1):
-                    best, where = sign, m.end()
-    return best
 
 
 # ============================================================================================
@@ -658,29 +171,11 @@ def _person_like(types: Iterable[str]) -> bool:
     return any(_PERSON_RE.search(local_name(t)) for t in types)
 
 
+
+
 # ============================================================================================
 # The strategy
 # ============================================================================================
-
-
-@dataclass
-class Variant:
-    """One executable adaptation of a template, with how it was made."""
-
-    tpl: Template
-    pieces: list[Piece]
-    notes: list[str]
-    substituted: list[Tok] = field(default_factory=list)  # tokens that now hold new entities
-    typed: bool = False  # carries an answer-type constraint (a soft one: dropped when empty)
-
-    def render(self) -> str:
-        return _render(self.pieces)
-
-    def fork(self, note: str) -> Variant:
-        memo: dict[int, Any] = {}
-        pieces = copy.deepcopy(self.pieces, memo)
-        subs = [memo.get(id(t), t) for t in self.substituted]
-        return Variant(self.tpl, pieces, [*self.notes, note], subs, self.typed)
 
 
 @dataclass
@@ -695,6 +190,35 @@ class Execution:
 
 
 @dataclass
+class _Anchor:
+    """Where a composed query starts: an entity (``<iri>``) or a literal, and where the
+    question names it; ``values``: the predicates holding the literal."""
+
+    start: int
+    end: int
+    term: str
+    values: list[tuple[str, int]] | None
+    terms: frozenset[str] = frozenset()  # the term and its alternatives (other candidates)
+
+    def used_in(self, query: str) -> bool:
+        return any(t in query for t in self.terms | {self.term})
+
+
+@dataclass
+class _Join:
+    """Triple patterns joining an anchor to ``?result``, scored; ``sure``: the question's words
+    name the predicate (or the anchor is a value the predicate holds)."""
+
+    score: float
+    sure: bool
+    triples: list[str]
+    note: str
+
+
+_PROPER_RE = re.compile(r"\b[A-Z][\w\-]*(?:\s+[A-Z][\w\-]*)*")  # capitalized words: a name or a value
+
+
+@dataclass
 class _Question:
     """Everything about the question being answered (strategies answer concurrently, so none
     of it lives on the strategy)."""
@@ -705,6 +229,11 @@ class _Question:
     words: list[str]
     trace: Trace
     deadline: float | None
+    several: str | None = None  # what it asks for besides the answer ("... with their year")
+    who: bool = False  # it asks for a person
+    asked: str | None = None  # the class it asks for ("Which *teams* ...")
+    anchors: list[_Anchor] = field(default_factory=list)  # its entities and KG values
+    joins: dict[tuple[str, str | None], list[_Join]] = field(default_factory=dict)  # anchor, kind -> joins
     executed: set[str] = field(default_factory=set)  # queries already run for this question
 
     def late(self) -> bool:
@@ -729,6 +258,8 @@ class OfflineStrategy:
         self._pred_values: dict[str, list[tuple[str, int]]] = {}
         self._labels = set(tools.index.predicates) if tools.index is not None else set()
         self._classes: dict[str, str] | None = None
+        self._named: dict[str, list[str]] = {}
+        self._name_words: dict[str, frozenset[str]] = {}
         masked = [self.mask(e.text, self.link(e.text)) for e in self.examples]
         self.retriever: Retriever
         self.retriever, self.retrieval_note = make_retriever(cfg.retrieval, self.examples, masked)
@@ -745,6 +276,7 @@ class OfflineStrategy:
         spans = self.tools.match_spans(text, threshold=self.threshold, k=self.k,
                                        fold_accents=fold, surname=surname)
         spans = self._refine(text, spans, fold, surname)
+        spans = self._split_compounds(text, spans, fold)
         spans = sorted(spans + self._plural_classes(text, spans), key=lambda sp: sp.start)
         links = []
         for span in spans:
@@ -761,10 +293,10 @@ class OfflineStrategy:
         for span in spans:
             best = span.candidates[0]
             if len(tokenize(span.surface)) > len(tokenize(best.matched_label)) + 1:
-                surface = _norm(span.surface, fold)
-                al = fuzz.partial_ratio_alignment(_norm(best.matched_label, fold), surface)
+                surface = norm(span.surface, fold)
+                al = fuzz.partial_ratio_alignment(norm(best.matched_label, fold), surface)
                 if al is not None and al.score >= 85:
-                    start, end = _snap(surface, al.dest_start, al.dest_end)
+                    start, end = snap(surface, al.dest_start, al.dest_end)
                     if end - start < len(surface):
                         span = Span(span.start + start, span.start + end,
                                     text[span.start + start: span.start + end], span.candidates)
@@ -780,6 +312,30 @@ class OfflineStrategy:
         extra = [Span(s.start, s.end, text[s.start:s.end], s.candidates) for s in extra]
         return sorted(refined + extra, key=lambda s: s.start)
 
+    def _split_compounds(self, text: str, spans: list[Span], fold: bool) -> list[Span]:
+        """A mention that names only part of its best candidate ("Valve Pumps" in "VP-100 Valve
+        Pump") split into words that each name a thing exactly ("Valve", "Pump"):
+        a compound of categories, not a partial name."""
+        out: list[Span] = []
+        for span in spans:
+            words = list(re.finditer(r"[^\W_]+", span.surface))
+            said = {x for w in words for x in singulars(norm(w.group(), True))}
+            label = set(tokenize(span.candidates[0].label))
+            parts: list[Span] = []
+            if 1 < len(words) <= 3 and len(label) > len(words) and not label >= said | label:
+                for w in words:
+                    exact: list[Candidate] = []
+                    for form in singulars(w.group()):  # "Switches" names the category "Switch"
+                        exact = [c for c in self.tools.surface_forms(form, self.k, threshold=95.0, fold_accents=fold)
+                                 if len(tokenize(c.matched_label)) == 1]
+                        if exact:
+                            break
+                    if not exact:
+                        break
+                    parts.append(Span(span.start + w.start(), span.start + w.end(), w.group(), exact))
+            out += parts if parts and len(parts) == len(words) else [span]
+        return out
+
     def _plural_classes(self, text: str, spans: Sequence[Span]) -> list[Span]:
         """Class names in irregular plurals the fuzzy matcher misses ("cities", "libraries")."""
         labels = self._class_labels()
@@ -788,7 +344,7 @@ class OfflineStrategy:
             if any(sp.start < m.end() and m.start() < sp.end for sp in spans):
                 continue
             word = m.group().casefold()
-            for singular in _singulars(word):
+            for singular in singulars(word):
                 cls = labels.get(singular)
                 if cls is not None:
                     out.append(Span(m.start(), m.end(), m.group(), [Candidate(
@@ -836,42 +392,64 @@ class OfflineStrategy:
             trace.step("note", text=self.retrieval_note)
         links = self.link(question)
         q = _Question(question, question_kind(question), links,
-                      [w for w in normalize_text(question).split() if w not in STOPWORDS], trace, deadline)
-        trace.step("linking", question_kind=q.kind, mentions=[_link_dict(l) for l in links])
+                      [w for w in normalize_text(question).split() if w not in STOPWORDS], trace, deadline,
+                      several=asks_several(self.mask(question, links)), who=asks_who(question),
+                      asked=_asked_class(question, links))
+        q.anchors = self._anchors(q)
+        trace.step("linking", question_kind=q.kind, mentions=[_link_dict(l) for l in links],
+                   values=[a.term for a in q.anchors if a.values is not None])
         hits = self._candidates(q)
         trace.step("retrieval", retriever=self.retriever.name, few_shot=self.few_shot,
                    hits=[{"uid": h.example.uid, "text": h.example.text, "score": h.score} for h in hits])
-        if not hits:
-            return StrategyResult(None, "no_answer", "no training example to adapt (few_shot=0 or empty pool)")
         fallback: Execution | None = None
         error: Execution | None = None
-        for rank, hit in enumerate(hits):
-            tpl = self.template(hit.example)
-            if isinstance(tpl, TemplateError):
-                trace.step("candidate", rank=rank, uid=hit.example.uid, skipped=str(tpl))
+        for rank, variant in self._ordered(q, hits):
+            if q.late():
+                return StrategyResult(fallback.query if fallback else None, "timeout",
+                                      "time limit reached while trying candidates")
+            ex = self._execute(variant, q, rank)
+            if ex is None:
                 continue
-            for variant in self._variants(tpl, q, rank):
-                if q.late():
-                    return StrategyResult(fallback.query if fallback else None, "timeout",
-                                          "time limit reached while trying candidates")
-                ex = self._execute(variant, q, rank)
-                if ex is None:
-                    continue
-                if not ex.ok:
-                    error = error or ex
-                    continue
-                if self._accept(ex, q, rank):
-                    trace.step("accepted", rank=rank, uid=tpl.example.uid, query=ex.query)
-                    return StrategyResult(ex.query, "answered",
-                                          f"adapted {tpl.example.uid}: " + ("; ".join(ex.notes) or "as is"))
-                fallback = fallback or ex
+            if not ex.ok:
+                error = error or ex
+                continue
+            if self._accept(ex, q, rank):
+                uid = variant.tpl.example.uid
+                trace.step("accepted", rank=rank, uid=uid, query=ex.query)
+                how = "composed" if rank < 0 else f"adapted {uid}"
+                return StrategyResult(ex.query, "answered", f"{how}: " + ("; ".join(ex.notes) or "as is"))
+            fallback = fallback or ex
         if fallback is not None:
             trace.step("fallback", query=fallback.query)
             return StrategyResult(fallback.query, "answered",
                                   "no candidate passed verification; returning the first that executed")
         if error is not None:
             return StrategyResult(None, "tool_error", f"every candidate query failed: {error.error}")
+        if not hits:
+            return StrategyResult(None, "no_answer", "no training example to adapt (few_shot=0 or empty pool) "
+                                  "and no query could be composed")
         return StrategyResult(None, "no_answer", "no candidate query could be built")
+
+    def _ordered(self, q: _Question, hits: Sequence[Hit]) -> Iterator[tuple[int, Variant]]:
+        """Candidates in the order they are tried, with their rank (-1: composed): adaptations
+        that fit cleanly (well-typed fillers, every entity and value of the question used, the
+        asked-for kind answered), then composed queries whose every join the question supports,
+        then adaptations that use every entity and value of the question, then the other
+        composed queries, then adaptations that leave some of the question out."""
+        graded: dict[int, list[tuple[int, Variant]]] = {2: [], 1: [], 0: []}
+        for rank, hit in enumerate(hits):
+            tpl = self.template(hit.example)
+            if isinstance(tpl, TemplateError):
+                q.trace.step("candidate", rank=rank, uid=hit.example.uid, skipped=str(tpl))
+                continue
+            for variant, grade in self._variants(tpl, q, rank):
+                graded[grade].append((rank, variant))
+        yield from graded[2]
+        composed = self._composed(q) if not q.late() else []
+        yield from ((-1, v) for sure, v in composed if sure)
+        yield from graded[1]
+        yield from ((-1, v) for sure, v in composed if not sure)
+        yield from graded[0]
 
     def _candidates(self, q: _Question) -> list[Hit]:
         """The ``few_shot`` templates to try, in order."""
@@ -933,7 +511,7 @@ class OfflineStrategy:
 
     def _find_slots(self, tpl: Template) -> None:
         by_value: dict[tuple[str, str], Slot] = {}
-        for tok, role, triple in _walk_terms(tpl):
+        for tok, role, triple in walk_terms(tpl):
             found = self._slot_of(tok, role, tpl)
             if found is None:
                 continue
@@ -982,7 +560,7 @@ class OfflineStrategy:
         for triple in tpl.triples:
             if triple.is_type() or len(triple.p) != 1 or triple.p[0].kind not in ("iri", "pname"):
                 continue
-            pred = _expand(triple.p[0], tpl.prefixes)
+            pred = expand(triple.p[0], tpl.prefixes)
             info = self._ontology_of(pred) if pred else None
             if info is None:
                 continue
@@ -995,8 +573,8 @@ class OfflineStrategy:
 
     def _slot_of(self, tok: Tok, role: str, tpl: Template) -> tuple[str, str] | None:
         if tok.kind in ("iri", "pname"):
-            value = _expand(tok, tpl.prefixes)
-            if value is None or value.startswith(_XSD):
+            value = expand(tok, tpl.prefixes)
+            if value is None or value.startswith(XSD):
                 return None
             if role == "type":
                 return ("class", value)
@@ -1006,7 +584,7 @@ class OfflineStrategy:
                 return None
             return ("entity", value)
         if tok.kind == "string":
-            return ("string", _literal_value(tok))
+            return ("string", literal_value(tok))
         if tok.kind == "number":
             return ("number", tok.text)
         return None
@@ -1030,20 +608,20 @@ class OfflineStrategy:
 
         if slot.kind == "number":
             return next(((m.start, m.end) for m in find_numbers(text)
-                         if _same_number(m.value, slot.value) and free(m.start, m.end)), None)
+                         if same_number(m.value, slot.value) and free(m.start, m.end)), None)
         if slot.kind != "string":
             for span in spans:
                 if any(c.iri == slot.value for c in span.candidates) and free(span.start, span.end):
                     return (span.start, span.end)
         forms = [slot.value] if slot.kind == "string" else self._surface_forms_of(slot.value)
-        folded = _norm(text, True)
+        folded = norm(text, True)
         for form in forms:
-            f = _norm(form, True).strip()
+            f = norm(form, True).strip()
             if len(f) < 2:
                 continue
             for m in re.finditer(rf"(?<!\w){re.escape(f)}", folded):
                 if free(m.start(), m.end()):
-                    return _snap(folded, m.start(), m.end())
+                    return snap(folded, m.start(), m.end())
             acronym = "".join(w[0] for w in tokenize(form) if w not in STOPWORDS)
             if len(acronym) >= 2:
                 m2 = re.search(rf"\b{re.escape(acronym)}\b", folded)
@@ -1051,9 +629,9 @@ class OfflineStrategy:
                     return (m2.start(), m2.end())
         if slot.kind == "string":
             for form in forms:
-                al = fuzz.partial_ratio_alignment(_norm(form, True), folded)
+                al = fuzz.partial_ratio_alignment(norm(form, True), folded)
                 if al is not None and al.score >= 90 and free(al.dest_start, al.dest_end):
-                    return _snap(folded, al.dest_start, al.dest_end)
+                    return snap(folded, al.dest_start, al.dest_end)
         return None
 
     def _surface_forms_of(self, iri: str) -> list[str]:
@@ -1066,8 +644,9 @@ class OfflineStrategy:
 
     # ---------------------------------------------------------------- variants
 
-    def _variants(self, tpl: Template, q: _Question, rank: int) -> Iterator[Variant]:
-        """Adaptations of ``tpl`` to the question, most plausible first."""
+    def _variants(self, tpl: Template, q: _Question, rank: int) -> Iterator[tuple[Variant, int]]:
+        """Adaptations of ``tpl`` to the question, most plausible first, each graded: 2 clean
+        (see :meth:`_fits`), 1 using every entity and value of the question, 0 leaving some out."""
         assignments = self._assign(tpl, q)
         q.trace.step("candidate", rank=rank, uid=tpl.example.uid, example=tpl.example.text,
                      template=tpl.render(), slots=[_slot_dict(s, tpl) for s in tpl.slots],
@@ -1076,11 +655,71 @@ class OfflineStrategy:
             base = self._substitute(tpl, q, fills)
             if base is None:
                 continue
+            # A template that orders, limits or filters where the question does not ask to
+            # ("Which is the longest river?" for "Where was X born?") fits at best loosely.
+            fits = self._fits(tpl, q, fills) and not (_EXCLUSIVE & tpl.features) - self._expected_features(q)
             measured = self._measured(base, q) if tpl.structured else None
             ranked = self._superlative(base, q) if tpl.structured else None
             for adapted in [v for v in (ranked, measured) if v is not None] + [base]:
-                for shaped in self._shape(adapted, q):
-                    yield from self._typed(shaped, q)
+                focused = self._focus(adapted, q)
+                constrained = self._constrain(focused, q)
+                for done in ([constrained] if constrained is not None else []) + [focused]:
+                    rendered = done.render()
+                    used = sum(a.used_in(rendered) for a in q.anchors)
+                    if fits and used == len(q.anchors) and self._holds_asked(done, q) is not False:
+                        grade = 2
+                    else:
+                        grade = 1 if used == len(q.anchors) else 0
+                    for typed in self._typed(done, q):
+                        yield typed, grade
+
+    def _constrain(self, variant: Variant, q: _Question) -> Variant | None:
+        """The variant with the question's entities and values that it leaves out joined to its
+        answer ("Which vendor *in Spain* sells X?" adapted from "Which vendors sell Y?":
+        ``?result <country> "Spain"``), when the question's words or the value itself say
+        how; None when nothing is left out or nothing can be joined."""
+        answer = variant.answer
+        rendered = variant.render()
+        unused = [a for a in q.anchors if not a.used_in(rendered)]
+        if answer is None or not unused or variant.tpl.form != "SELECT" or not variant.tpl.structured:
+            return None
+        classes = self._var_classes(variant, answer)
+        target = classes[0] if classes else q.asked
+        patterns: list[str] = []
+        for anchor in unused:
+            key = (anchor.term, target)
+            if key not in q.joins:
+                q.joins[key] = self._joins(anchor, target, q.words, q.who)
+            joins = [j for j in q.joins[key] if j.sure and len(j.triples) == 1]
+            if not joins:
+                return None
+            patterns += [t.replace("?result", answer) for t in joins[0].triples]
+        try:
+            return add_patterns(variant, patterns, "constrained: " + ", ".join(a.term for a in unused))
+        except TemplateError:
+            return None
+
+    def _fits(self, tpl: Template, q: _Question, fills: dict[Slot, str | None]) -> bool:
+        """The fillers fit cleanly when every new entity has the type of the one it replaces (or
+        a related one) and every number and quoted string of the question is used (relaxing a
+        constraint the question does not repeat is fine; entities and values are checked on
+        the finished variant)."""
+        used: set[str] = set()
+        for slot, value in fills.items():
+            if value is None:
+                continue
+            used.add(value)
+            if slot.kind == "entity" and value != slot.value:
+                cand = next((c for l in q.links for c in l.candidates if c.iri == value), None)
+                if cand is None or self._compat(slot, cand) < 0.5:
+                    return False
+        literals = [m.value for m in find_quoted(q.text)] + [n.value for n in self._free_numbers(q)]
+        return all(v in used or any(same_number(v, u) for u in used if is_number(u)) for v in literals)
+
+    def _free_numbers(self, q: _Question) -> list[Mention]:
+        """Numbers of the question that are not part of a linked name."""
+        linked = [(l.start, l.end) for l in q.links]
+        return [n for n in find_numbers(q.text) if not any(a <= n.start < b for a, b in linked)]
 
     def _assign(self, tpl: Template, q: _Question) -> list[dict[Slot, str | None]]:
         """Fillers for the mentioned slots, best assignment first. A filler is an IRI or a
@@ -1092,7 +731,7 @@ class OfflineStrategy:
             if n > 5000:
                 break
             spans = [o[1] for o in combo if o[1] is not None]
-            if _overlapping(spans):
+            if overlapping(spans):
                 continue
             fills = {slot: _carry_case(slot, o[2], tpl.example.text) for slot, o in zip(slots, combo)}
             scored.append((sum(o[0] for o in combo), n, fills))
@@ -1110,19 +749,35 @@ class OfflineStrategy:
                 for c in link.kind_candidates(slot.kind)[: self.k]:
                     order = 0.15 if j == rank else 0.0
                     opts.append((c.score / 100.0 + self._compat(slot, c) + order, (link.start, link.end), c.iri))
+            if slot.kind == "property":
+                opts += self._aligned_property(slot, tpl, q)
         elif slot.kind == "number":
-            linked = [(l.start, l.end) for l in q.links]
-            numbers = [n for n in find_numbers(q.text) if not any(a <= n.start < b for a, b in linked)]
+            numbers = self._free_numbers(q)
             opts += [(1.0 + (0.15 if j == rank else 0.0), (n.start, n.end), n.value) for j, n in enumerate(numbers)]
         else:
             opts += [(1.5 + (0.15 if j == rank else 0.0), (m.start, m.end), m.value)
                      for j, m in enumerate(find_quoted(q.text))]
-            aligned = _align_string(tpl.example.text, slot, q.text)
+            aligned = align_words(tpl.example.text, slot.mention, q.text)
             if aligned is not None:
                 opts.append((1.2, (aligned.start, aligned.end), aligned.value))
         opts.sort(key=lambda o: -o[0])
         keep = 0.0 if slot.kind in ("entity", "string") else 0.3  # relax entities, keep the rest
         return opts[:4] + [(keep, None, None)]
+
+    def _aligned_property(self, slot: Slot, tpl: Template,
+                          q: _Question) -> list[tuple[float, tuple[int, int] | None, str | None]]:
+        """A predicate the training question names, refilled from the words standing in its
+        place in the new question ("Who is the *author* of X?" -> "Who is the *publisher* of
+        Y?": author -> publishedBy); the same words keep it."""
+        assert slot.mention is not None
+        aligned = align_words(tpl.example.text, slot.mention, q.text)
+        if aligned is None:
+            return []
+        span = (aligned.start, aligned.end)
+        now = [w for w in normalize_text(aligned.value).split() if w not in STOPWORDS]
+        if now == normalize_text(tpl.example.text[slot.mention[0]:slot.mention[1]]).split():
+            return [(1.5, span, slot.value)]
+        return [(1.2 - 0.1 * i, span, pred) for i, pred in enumerate(self._named_predicates(now)) if now]
 
     def _compat(self, slot: Slot, cand: Candidate) -> float:
         """How well a candidate's types fit the slot's: 1 same type, 0.5 related, 0 unrelated
@@ -1150,13 +805,12 @@ class OfflineStrategy:
         if iri not in self._ontology:
             try:
                 self._ontology[iri] = self.tools.ontology(iri)
-            except Exception:  # ontology lookups only refine choices; never fail a question
+            except Exception:  # noqa: BLE001 -- ontology lookups only refine choices; never fail a question
                 self._ontology[iri] = None
         return self._ontology[iri]
 
     def _substitute(self, tpl: Template, q: _Question, fills: dict[Slot, str | None]) -> Variant | None:
-        memo: dict[int, Any] = {}
-        variant = Variant(tpl, copy.deepcopy(tpl.pieces, memo), [])
+        variant, memo = Variant.of(tpl)
         relaxed: list[Tok] = []
         for slot, value in fills.items():
             toks = [memo[id(t)] for t in slot.toks]
@@ -1184,18 +838,32 @@ class OfflineStrategy:
                 elif slot.kind == "number":
                     tok.text = value
                 else:
-                    tok.text = _requote(tok.text, value)
+                    tok.text = requote(tok.text, value)
             variant.notes.append(f"{slot.kind} {_short(slot.value)} -> {_short(value)}")
-        if relaxed and not _relax(variant, relaxed):
+        if relaxed and not relax(variant, relaxed):
             return None
-        _flip_polarity(variant, q.text)
-        _flip_comparison(variant, q.text, fills)
+        self._flip_directions(variant, q, fills)
         return variant
+
+    @staticmethod
+    def _flip_directions(variant: Variant, q: _Question, fills: dict[Slot, str | None]) -> None:
+        """"shortest" adapted from "most pages" flips ORDER BY; "before 1950" adapted from
+        "after 2020" flips the comparison."""
+        polarity = superlative_polarity(q.text)
+        if polarity and variant.tpl.polarity and polarity != variant.tpl.polarity:
+            flip_order(variant)
+        number = next((s for s in fills if s.kind == "number" and fills[s] is not None), None)
+        if number is None or not variant.tpl.comparison:
+            return
+        where = next((n.start for n in find_numbers(q.text) if n.value == fills[number]), None)
+        direction = comparison_direction(q.text, where)
+        if direction and direction != variant.tpl.comparison:
+            flip_comparisons(variant)
 
     def _implicit_relink(self, slot: Slot, cls: str, tpl: Template, q: _Question) -> str | None:
         """The predicate that connects the same kind of thing to ``cls`` as the template's
         predicate connected to ``slot.value`` ("published by" a Publisher -> "genre" a Genre)."""
-        current = _expand(slot.toks[0], tpl.prefixes)
+        current = expand(slot.toks[0], tpl.prefixes)
         if current is None:
             return None
         direction = "in" if slot.side == "o" else "out"
@@ -1213,7 +881,7 @@ class OfflineStrategy:
         points to another property of the same subject ("the shortest book" adapted from "the
         highest-rated book": rating -> page count)."""
         pieces = variant.pieces
-        close = _where_close(pieces)
+        close = where_close(pieces)
         tail = [p.text for p in pieces[close + 1:] if isinstance(p, Tok) and p.kind == "var"]
         compared = [a.text for a, b in itertools.pairwise(pieces) if isinstance(a, Tok) and a.kind == "var"
                     and isinstance(b, Tok) and b.text in (">", "<", ">=", "<=")]
@@ -1221,8 +889,8 @@ class OfflineStrategy:
         for i, piece in enumerate(pieces):
             if not (isinstance(piece, Triple) and piece.o_var in targets and piece.s_var and len(piece.p) == 1):
                 continue
-            current = _expand(piece.p[0], variant.tpl.prefixes)
-            cls = _var_class(pieces, piece.s_var, variant.tpl.prefixes)
+            current = expand(piece.p[0], variant.tpl.prefixes)
+            cls = var_class(pieces, piece.s_var, variant.tpl.prefixes)
             if current is None or cls is None:
                 continue
             found = self._class_predicates(cls)
@@ -1242,15 +910,15 @@ class OfflineStrategy:
         return None
 
     def _superlative(self, variant: Variant, q: _Question) -> Variant | None:
-        """A superlative the template lacks ("the most reliable Inductor" adapted from "suppliers
-        of Compensators"): order by the numeric property of one of its variables that the
+        """A superlative the template lacks ("the vendor of the lightest pump" adapted from "the
+        vendors of valves"): order by the numeric property of one of its variables that the
         question's wording names, and keep the first answer."""
         tpl = variant.tpl
         polarity = superlative_polarity(q.text)
         if not polarity or tpl.form != "SELECT" or tpl.aggregate or tpl.features & {"ORDER", "LIMIT", "GROUP"}:
             return None
         best: tuple[float, str, str] | None = None
-        for var in _triple_vars(variant.pieces):
+        for var in triple_vars(variant.pieces):
             for cls in self._var_classes(variant, var):
                 for pred, _ in self._class_predicates(cls):
                     if self._value_kind(pred) != "number":
@@ -1262,82 +930,357 @@ class OfflineStrategy:
             return None
         _, var, pred = best
         out = variant.fork(f"{'highest' if polarity > 0 else 'lowest'} {local_name(pred)} of {var}")
-        close = _where_close(out.pieces)
+        close = where_close(out.pieces)
         measure = Tok("var", "?superlative_measure")
         out.pieces.insert(close, Triple([Tok("var", var)], [Tok("iri", f"<{pred}>")], [measure]))
         order = "DESC" if polarity > 0 else "ASC"
         out.pieces.insert(close + 2, Tok("word", f"ORDER BY {order}(?superlative_measure) LIMIT 1", "\n"))
         return out
 
+    def _holds_literals(self, variant: Variant, var: str) -> bool:
+        """``var`` is the object of a predicate whose values are literals (names, numbers...)."""
+        for t in variant.pieces:
+            if isinstance(t, Triple) and t.o_var == var and len(t.p) == 1 and not t.is_type():
+                pred = expand(t.p[0], variant.tpl.prefixes)
+                if pred is not None and self._value_kind(pred) in ("string", "number", "date"):
+                    return True
+        return False
+
     def _var_classes(self, variant: Variant, var: str) -> list[str]:
         """Classes of a variable: its rdf:type, else the domains/ranges of its predicates."""
         prefixes = variant.tpl.prefixes
-        explicit = _var_class(variant.pieces, var, prefixes)
+        explicit = var_class(variant.pieces, var, prefixes)
         if explicit:
             return [explicit]
         out: list[str] = []
         for t in variant.pieces:
             if not isinstance(t, Triple) or t.is_type() or len(t.p) != 1:
                 continue
-            pred = _expand(t.p[0], prefixes)
+            pred = expand(t.p[0], prefixes)
             info = self._ontology_of(pred) if pred else None
             if info is None:
                 continue
             items = info.domain if t.s_var == var else info.range if t.o_var == var else []
-            out += [i.iri for i in items if not i.iri.startswith(_XSD)]
+            out += [i.iri for i in items if not i.iri.startswith(XSD)]
         return list(dict.fromkeys(out))[:4]
 
     # ---------------------------------------------------------------- shape (ASK / COUNT)
 
-    def _shape(self, variant: Variant, q: _Question) -> Iterator[Variant]:
+    def _shape(self, variant: Variant, q: _Question) -> Variant:
+        """The variant in the shape the question asks for (expected_shape, ask_for_yes_no): ASK
+        for a yes/no question, COUNT for "how many", a list (not a count) otherwise; then the
+        columns the question asks for (project_iris)."""
         tpl = variant.tpl
         if q.kind == "boolean" and tpl.form == "SELECT" and (self.on("ask_for_yes_no") or self.on("expected_shape")):
-            yield _to_ask(variant)
-            return
+            return to_ask(variant)
         if q.kind == "count" and tpl.form == "SELECT" and not tpl.aggregate and self.on("expected_shape"):
-            counted = _to_count(variant)
-            if counted is not None:
-                yield counted
-                return
-        yield self._project(variant, q)
+            return to_count(variant) or variant
+        if q.kind == "list" and self.on("expected_shape"):
+            variant = uncount(variant) or variant  # "Which books ..." adapted from "How many books ..."
+        return self._project(variant, q)
 
     def _project(self, variant: Variant, q: _Question) -> Variant:
-        """project_iris: a label column becomes the entity it names, unless names are asked for."""
+        """project_iris: entities instead of their labels (unless the question speaks of names),
+        and only the columns the question asks for: one, unless it asks for several values per
+        answer, then also the attributes it names ("films ... with their year"); the answer's
+        name instead of the answer when that is what it asks for ("What is the name of ...")."""
         tpl = variant.tpl
-        if not self.on("project_iris") or tpl.form != "SELECT" or _NAME_RE.search(q.text):
+        if not self.on("project_iris") or tpl.form != "SELECT":
             return variant
+        if not mentions_names(q.text):
+            variant = self._entities_not_labels(variant)
+        plain = variant.projection
+        if tpl.aggregate or not plain:
+            return variant
+        if q.several is None and len(plain) > 1:
+            keep = self._best_column(variant, q)
+            variant = reproject(variant, [keep], f"only {keep} projected") or variant
+        elif q.several is not None and len(plain) == 1:
+            variant = self._extra_columns(variant, q, q.several)
+        if asks_for_names(q.text):
+            variant = self._names_not_entities(variant, q)
+        return variant
+
+    def _label_of(self, variant: Variant) -> dict[str, str]:
+        """Label variables -> the variables of the things they label."""
         label_of: dict[str, str] = {}
         for t in variant.pieces:
             if (isinstance(t, Triple) and len(t.p) == 1 and t.s_var and t.o_var
-                    and _expand(t.p[0], tpl.prefixes) in self._labels):
+                    and expand(t.p[0], variant.tpl.prefixes) in self._labels):
                 label_of[t.o_var] = t.s_var
-        targets = [v for v in tpl.projection if v in label_of and label_of[v] not in tpl.projection]
+        return label_of
+
+    def _entities_not_labels(self, variant: Variant) -> Variant:
+        label_of = self._label_of(variant)
+        plain = variant.projection
+        targets = [v for v in plain if v in label_of and label_of[v] not in plain]
         if not targets:
             return variant
         out = variant.fork("entities projected instead of labels: " + ", ".join(targets))
-        start = _form_index(out.pieces) or 0
-        for piece in out.pieces[start:_where_open(out.pieces, start)]:
-            if isinstance(piece, Tok) and piece.kind == "var" and piece.text in targets:
+        for piece in out.head():
+            if piece.kind == "var" and piece.text in targets:
                 piece.text = label_of[piece.text]
         return out
+
+    def _names_not_entities(self, variant: Variant, q: _Question) -> Variant:
+        """"What is the name of ...": the answer's label projected instead of the answer (by the
+        label predicate its class uses that the question's words name best)."""
+        answer = variant.answer
+        if answer is None or self._holds_literals(variant, answer):
+            return variant
+        labels = {p for cls in self._var_classes(variant, answer) for p, _ in self._class_predicates(cls)
+                  if p in self._labels}
+        if not labels:
+            return variant
+        words = normalize_text(q.text).split()
+        pred = max(sorted(labels), key=lambda p: self._name_score(p, words))
+        name = "?" + re.sub(r"\W", "_", local_name(pred))
+        if name in variant.render():
+            name += "_of_answer"
+        named = add_patterns(variant, [f"{answer} <{pred}> {name} ."], f"answer named by {local_name(pred)}")
+        for tok in named.head():
+            if tok.kind == "var" and tok.text == answer:
+                tok.text = name
+        return named
+
+    def _best_column(self, variant: Variant, q: _Question) -> str:
+        """The projected variable whose property the question names best (the first when the
+        question names none of them)."""
+        plain = variant.projection
+        scores = {v: 0.0 for v in plain}
+        for t in variant.pieces:
+            if isinstance(t, Triple) and t.o_var in scores and len(t.p) == 1:
+                pred = expand(t.p[0], variant.tpl.prefixes)
+                if pred is not None and pred != RDF_TYPE:
+                    scores[t.o_var] = max(scores[t.o_var], self._name_score(pred, q.words))
+        best = max(plain, key=lambda v: (scores[v] >= 80, scores[v] if scores[v] >= 80 else 0, -plain.index(v)))
+        return best
+
+    def _extra_columns(self, variant: Variant, q: _Question, request: str) -> Variant:
+        """Attributes of the answer the question asks for after "and"/"with their" ("... and
+        when did they start?" -> OPTIONAL { ?result :startDate ?startDate })."""
+        answer = variant.answer
+        if answer is None:
+            return variant
+        words = [w for w in normalize_text(request).split() if w not in STOPWORDS or w in HINTS]
+        used = {expand(t.p[0], variant.tpl.prefixes) for t in variant.pieces
+                if isinstance(t, Triple) and len(t.p) == 1 and t.s_var == answer}
+        found: dict[str, float] = {}
+        for cls in self._var_classes(variant, answer):
+            for pred, _ in self._class_predicates(cls):
+                if pred not in used and pred != RDF_TYPE and pred not in self._labels:
+                    found[pred] = max(found.get(pred, 0.0), self._name_score(pred, words))
+        if question_kind(request) == "count":  # "... and how many ...": an aggregate, not an attribute
+            return variant
+        # "... and when did they start": a date; "... and where": a place (an IRI).
+        kind = {"when": "date", "where": "iri"}.get(words[0]) if words else None
+        out = variant
+        for pred, score in sorted(found.items(), key=lambda x: (-x[1], x[0]))[:4]:
+            if score < 85:
+                break
+            if kind is not None and self._value_kind(pred) not in (None, kind):
+                continue
+            name = "?" + re.sub(r"\W", "_", local_name(pred)) or "?extra"
+            if name in out.render():
+                continue
+            out = add_column(out, answer, pred, name, f"column {local_name(pred)} added")
+        return out
+
+    def _focus(self, variant: Variant, q: _Question) -> Variant:
+        """answer_type_constraint: when the question asks for a person ("Who ...") or for a class
+        ("Which teams ...") and the template's answer variable holds something else, the
+        variable that does hold it is projected instead ("Who coaches in X?" adapted from "Which
+        teams have coaches in X?")."""
+        answer = variant.answer
+        if not self.on("answer_type_constraint") or answer is None or len(variant.projection) != 1 \
+                or self._holds_asked(variant, q, answer) is not False:
+            return variant
+        others = [v for v in triple_vars(variant.pieces) if v != answer and self._holds_asked(variant, q, v)]
+        if not others:
+            return variant
+        return reproject(variant, others[:1], f"answer {others[0]} (the asked-for kind) instead of {answer}") or variant
+
+    def _holds_asked(self, variant: Variant, q: _Question, var: str | None = None) -> bool | None:
+        """Whether ``var`` (default: the answer) holds what the question asks for: the class it
+        names ("Which teams ...") or a person ("Who ..."); None when either is unknown."""
+        var = var or variant.answer
+        tpl = variant.tpl
+        if var is None or tpl.form != "SELECT" or tpl.aggregate:
+            return None
+        asked = q.asked
+        if asked is None and not q.who:
+            return None
+        named = self._label_of(variant).get(var)
+        if named is not None:  # a name stands for the thing it names (project_iris may swap them)
+            var = named
+        if self._holds_literals(variant, var):
+            return False
+        classes = self._var_classes(variant, var)
+        if not classes:
+            return None
+        if asked is None:
+            return _person_like(classes)
+        return self._of_kind(classes, asked)
 
     def _typed(self, variant: Variant, q: _Question) -> Iterator[Variant]:
         """answer_type_constraint: first with ``?answer a <Class>`` for the class the question
         asks for, then without it."""
         tpl = variant.tpl
-        var = tpl.answer_var
+        var = variant.answer
         if self.on("answer_type_constraint") and tpl.form == "SELECT" and var and not tpl.aggregate \
                 and variant.render().count("COUNT(") == 0:
-            cls = _asked_class(q.text, q.links)
-            if cls and _var_class(variant.pieces, var, tpl.prefixes) != cls:
-                typed = variant.fork(f"answer typed {local_name(cls)}")
+            cls = q.asked
+            if cls and var_class(variant.pieces, var, tpl.prefixes) != cls:
+                typed = add_type(variant, var, cls, f"answer typed {local_name(cls)}")
                 typed.typed = True
-                open_ = _where_open(typed.pieces, _form_index(typed.pieces) or 0)
-                # a/rdfs:subClassOf*: instances are often typed with a subclass only.
-                path = [Tok("word", "a"), Tok("punct", "/"), Tok("iri", f"<{RDFS}subClassOf>"), Tok("punct", "*")]
-                typed.pieces.insert(open_ + 1, Triple([Tok("var", var)], path, [Tok("iri", f"<{cls}>")]))
                 yield typed
         yield variant
+
+    # ---------------------------------------------------------------- composition
+
+    def _composed(self, q: _Question) -> list[tuple[bool, Variant]]:
+        """Queries composed from the question's own mentions, for questions no training template
+        fits: each linked entity or literal value is joined to the answer variable by the
+        predicate (or two-predicate path) whose name the question's other words support best and
+        whose far end holds what the question asks for ("Which teams ...", "Who ...").
+        Best first, each with whether every join is supported by the wording (or a value)."""
+        if q.kind == "boolean":
+            return []
+        asked = q.asked
+        anchors = q.anchors
+        if not anchors and asked is None:
+            return []
+        taken = [(a.start, a.end) for a in anchors] + [(l.start, l.end) for l in q.links
+                                                      if l.kind_candidates("class") and asked in
+                                                      {c.iri for c in l.kind_candidates("class")}]
+        words = [w for m in re.finditer(r"[^\W_]+", q.text)
+                 if not any(a <= m.start() < b for a, b in taken)
+                 and (w := normalize_text(m.group())) and w not in STOPWORDS]
+        joins = [self._joins(a, asked, words, q.who)[:3] for a in anchors]
+        joins = [j for j in joins if j]
+        if anchors and not joins:
+            return []
+        combos = [[j[0] for j in joins]]
+        if joins:
+            combos += [[alt, *(j[0] for j in joins[1:])] for alt in joins[0][1:]]
+        out: list[tuple[bool, Variant]] = []
+        for combo in combos:
+            patterns = [t for join in combo for t in join.triples]
+            if asked is not None:
+                patterns.insert(0, f"?result a/<{RDFS}subClassOf>* <{asked}> .")
+            sparql = "SELECT DISTINCT ?result WHERE {\n  " + "\n  ".join(patterns) + "\n}\n"
+            try:
+                tpl = parse_template(Example("composed", q.text, sparql))
+            except TemplateError:
+                continue
+            variant, _ = Variant.of(tpl)
+            variant.notes = [j.note for j in combo] or [f"instances of {local_name(asked or '')}"]
+            anchored = {a.term for a in anchors}
+            variant.substituted = [t for p in variant.pieces if isinstance(p, Triple)
+                                   for t in (*p.s, *p.o) if t.text in anchored]
+            # Sure only when every anchor is joined by a supported predicate, and the question
+            # has no numbers the composition would ignore ("... more than 5 ...").
+            sure = bool(combo) and len(combo) == len(anchors) and all(j.sure for j in combo) \
+                and not self._free_numbers(q)
+            out.append((sure, variant))
+        q.trace.step("composed", asked=asked, anchors=[a.term for a in anchors],
+                     queries=[v.render() for _, v in out], sure=[sure for sure, _ in out])
+        return out
+
+    def _anchors(self, q: _Question) -> list[_Anchor]:
+        """What a composed query starts from: the best entity of every entity mention, quoted
+        strings, and capitalized words the linker left alone that the KG holds as a value
+        ("... vendors in Spain" -> "Spain")."""
+        out = [_Anchor(l.start, l.end, f"<{c[0].iri}>", None, frozenset(f"<{x.iri}>" for x in c)) for l in q.links
+               if (c := l.kind_candidates("entity")) and c[0] is l.candidates[0]]
+        spans = [(l.start, l.end) for l in q.links]
+        values = [(m.start, m.end, m.value) for m in find_quoted(q.text)]
+        values += [(m.start(), m.end(), m.group()) for m in _PROPER_RE.finditer(q.text) if m.start() > 0]
+        for start, end, value in values:
+            if any(a < end and start < b for a, b in spans):
+                continue
+            literal = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            preds = self._value_predicates(literal)
+            if preds:
+                out.append(_Anchor(start, end, literal, preds))
+                spans.append((start, end))
+        return sorted(out, key=lambda a: a.start)
+
+    def _joins(self, anchor: _Anchor, asked: str | None, words: Sequence[str], who: bool) -> list[_Join]:
+        """Ways to join ``anchor`` to ``?result``, best first."""
+        found: list[_Join] = []
+        if anchor.values is not None:  # a literal: ?result <p> "value"
+            for pred, _ in anchor.values[:5]:
+                fit = self._fit(pred, "in", asked, who)
+                name = self._name_score(pred, words)
+                found.append(_Join(0.5 + _signal(name) + 0.5 * fit, fit >= 0, [f"?result <{pred}> {anchor.term} ."],
+                                   f"{local_name(pred)} = {anchor.term}"))
+            return sorted(found, key=lambda j: -j.score)
+        iri = anchor.term[1:-1]
+        info = getattr(self._ontology_of(iri), "predicates", [])
+        preds = [(p.iri, p.direction) for p in info if p.iri != RDF_TYPE and p.iri not in self._labels]
+        usage = {(p.iri, p.direction): p.count for p in info}
+        top = max(usage.values(), default=1) or 1
+        fits = {(pred, direction): self._fit(pred, direction, asked, who) for pred, direction in preds}
+        only = [pd for pd, fit in fits.items() if fit > 0]
+        for pred, direction in preds:
+            fit = fits[(pred, direction)]
+            name = self._name_score(pred, words)
+            triple = f"{anchor.term} <{pred}> ?result ." if direction == "out" else f"?result <{pred}> {anchor.term} ."
+            # Sure: the question names the predicate, or it is the only one reaching the asked kind.
+            sure = (name >= 80 and fit >= 0) or only == [(pred, direction)]
+            # Usage breaks ties: the predicate most used with this entity is its usual relation.
+            score = _signal(name) + 0.5 * fit + 0.05 * usage[(pred, direction)] / top
+            found.append(_Join(score, sure, [triple], f"{local_name(pred)} of {local_name(iri)}"))
+        if asked is not None and not only:  # no predicate reaches the asked kind directly
+            found += self._two_hops(anchor, preds, asked, words)
+        return sorted(found, key=lambda j: -j.score)
+
+    def _two_hops(self, anchor: _Anchor, preds: Sequence[tuple[str, str]], asked: str,
+                  words: Sequence[str]) -> list[_Join]:
+        """``anchor -p1- ?x -p2- ?result``: through a class the anchor's predicate reaches and
+        that has a predicate reaching the asked class ("vendors of valves": valve <- category -
+        ?item - vendor -> ?result)."""
+        out: list[_Join] = []
+        first = sorted(preds, key=lambda pd: -self._name_score(pd[0], words))[:4]
+        for pred, direction in first:
+            info = self._ontology_of(pred)
+            middle = [c.iri for c in getattr(info, "range" if direction == "out" else "domain", [])
+                      if not c.iri.startswith(XSD)][:2]
+            hop1 = f"{anchor.term} <{pred}> ?x ." if direction == "out" else f"?x <{pred}> {anchor.term} ."
+            for cls in middle:
+                for p2 in getattr(self._ontology_of(cls), "predicates", []):
+                    if p2.iri in (RDF_TYPE, pred) or p2.iri in self._labels:
+                        continue
+                    back = "out" if p2.direction == "out" else "in"
+                    if self._fit(p2.iri, back, asked, False) <= 0:
+                        continue
+                    hop2 = f"?x <{p2.iri}> ?result ." if back == "out" else f"?result <{p2.iri}> ?x ."
+                    name = max(self._name_score(pred, words), self._name_score(p2.iri, words))
+                    out.append(_Join(0.2 + _signal(name), name >= 80, [hop1, hop2],
+                                     f"{local_name(pred)}/{local_name(p2.iri)} of {local_name(anchor.term[1:-1])}"))
+        if len(out) == 1:  # the only path to the asked kind
+            out[0].sure = True
+        return out
+
+    def _fit(self, pred: str, direction: str, asked: str | None, who: bool) -> float:
+        """+1 when the far end of ``pred`` (its range going out, its domain coming in) is the
+        asked class (or a person for "who"), -1 when it is known to be something else, 0 when
+        unknown or nothing is asked."""
+        if asked is None and not who:
+            return 0.0
+        info = self._ontology_of(pred)
+        ends = [c.iri for c in getattr(info, "range" if direction == "out" else "domain", [])]
+        if not ends:
+            return 0.0
+        if asked is None:
+            return 1.0 if _person_like(ends) else -1.0
+        return 1.0 if self._of_kind(ends, asked) else -1.0
+
+    def _of_kind(self, classes: Iterable[str], asked: str) -> bool:
+        """One of ``classes`` is ``asked``, a superclass or a subclass of it."""
+        related = {asked} | self._supers({asked})
+        return any(c in related or asked in self._supers({c}) for c in classes)
 
     # ---------------------------------------------------------------- execution and checks
 
@@ -1351,27 +1294,47 @@ class OfflineStrategy:
             ex = Execution(query, True, False, "boolean", None)
         else:
             numeric = (len(preview.rows) == 1 and len(preview.variables) == 1
-                       and preview.rows[0][0] is not None and _is_number(preview.rows[0][0]))
+                       and preview.rows[0][0] is not None and is_number(preview.rows[0][0]))
             rows = preview.total if preview.total is not None else len(preview.rows)
-            ex = Execution(query, True, not preview.rows, "number" if numeric else "list", rows)
+            # A count of zero says the counted pattern matched nothing: as empty as no rows.
+            empty = not preview.rows or (numeric and float(str(preview.rows[0][0]).strip('"')) == 0)
+            ex = Execution(query, True, empty, "number" if numeric else "list", rows)
         ex.notes = list(variant.notes)
         q.trace.step("execution", rank=rank, query=query, notes=ex.notes, ok=ex.ok, shape=ex.shape,
                      rows=ex.rows, error=ex.error)
         return ex
 
     def _execute(self, variant: Variant, q: _Question, rank: int) -> Execution | None:
-        """Run a variant; while its result is empty, run its repairs (inverse directions when
-        triple_direction is on, re-linked predicates). None: nothing new to judge (the query was
-        already run for this question, or a typed variant came back empty: the untyped follows)."""
+        """Run a variant in the shape the question asks for. A list or count is first run as the
+        plain pattern: while that is empty, its repairs are run (inverse directions when
+        triple_direction is on, re-linked predicates), and the first that returns answers is
+        shaped instead. None: nothing new to judge (the query was already run for this question,
+        or a typed variant came back empty: the untyped one follows)."""
+        if q.kind == "boolean":  # an ASK is never empty: repairs would only bias it to "yes"
+            return self._run_new(self._shape(variant, q), q, rank)
         if variant.render() in q.executed:
             return None  # the same query from another assignment or template: already judged
         ex = self._run(variant, q, rank)
-        if not ex.ok or not ex.empty:
+        if not ex.ok:
             return ex
-        if variant.typed:
-            return None
+        if ex.empty:
+            if variant.typed:
+                return None
+            fixed = self._repaired(variant, q, rank)
+            if fixed is not None:
+                variant, ex = fixed
+        shaped = self._shape(variant, q)
+        if shaped.render() == variant.render():
+            return ex
+        return self._run_new(shaped, q, rank)
+
+    def _run_new(self, variant: Variant, q: _Question, rank: int) -> Execution | None:
+        return None if variant.render() in q.executed else self._run(variant, q, rank)
+
+    def _repaired(self, variant: Variant, q: _Question, rank: int) -> tuple[Variant, Execution] | None:
+        """The first repair of an empty variant that returns answers, with its execution."""
         if not variant.tpl.structured:
-            return ex
+            return None
         repairs = self._inverse(variant) if self.on("triple_direction") else []
         repairs += self._relink(variant, q)
         for repaired in repairs[:6]:
@@ -1381,8 +1344,8 @@ class OfflineStrategy:
                 continue
             rex = self._run(repaired, q, rank)
             if rex.ok and not rex.empty:
-                return rex
-        return ex
+                return repaired, rex
+        return None
 
     def _accept(self, ex: Execution, q: _Question, rank: int) -> bool:
         if self.on("expected_shape") and not _shape_fits(q.kind, ex):
@@ -1419,7 +1382,7 @@ class OfflineStrategy:
         for i, piece in enumerate(variant.pieces):
             if not isinstance(piece, Triple) or piece.is_type() or len(piece.p) != 1:
                 continue
-            current = _expand(piece.p[0], prefixes)
+            current = expand(piece.p[0], prefixes)
             if current is None:
                 continue
             found: list[tuple[str, int]] | None = None
@@ -1429,7 +1392,7 @@ class OfflineStrategy:
                 found = self._entity_predicates(piece.s[0].text[1:-1], "out")
             elif piece.o[0].kind == "string":
                 found = self._value_predicates(piece.o[0].text)
-            elif piece.s_var and (cls := _var_class(variant.pieces, piece.s_var, prefixes)) is not None:
+            elif piece.s_var and (cls := var_class(variant.pieces, piece.s_var, prefixes)) is not None:
                 found = self._class_predicates(cls)
             if not found or any(p == current for p, _ in found):
                 continue
@@ -1462,14 +1425,47 @@ class OfflineStrategy:
 
     def _wording(self, iri: str, q: _Question, current: str, old_weight: float) -> float:
         """0-100: how close a predicate's name is to the question's words (or to ``current``)."""
-        names = {x for x in tokenize(_split_camel(self.tools.label(iri) or "")) if len(x) > 2}
-        names |= {x for x in tokenize(_split_camel(local_name(iri))) if len(x) > 2}
-        words = set(q.words) | {h for w in q.words for h in _HINTS.get(w, ())}
-        lex = max((_word_sim(w, x) for w in words for x in names), default=0.0)
+        lex = self._name_score(iri, q.words)
         if old_weight:
-            old = set(tokenize(_split_camel(local_name(current))))
-            lex = max(lex, old_weight * max((_word_sim(w, x) for w in old for x in names), default=0.0))
+            names = self._names(iri)
+            old = set(tokenize(split_camel(local_name(current))))
+            lex = max(lex, old_weight * max((word_sim(w, x) for w in old for x in names), default=0.0))
         return lex
+
+    def _names(self, iri: str) -> frozenset[str]:
+        """The words of a predicate's label and local name, and each name run together
+        ("birthPlace" -> birth, place, birthplace); cached."""
+        if iri not in self._name_words:
+            out: set[str] = set()
+            for name in (self.tools.label(iri) or "", local_name(iri)):
+                words = tokenize(split_camel(name))
+                out |= {x for x in words if len(x) > 2}
+                if len(words) > 1:
+                    out.add("".join(words))
+            self._name_words[iri] = frozenset(out)
+        return self._name_words[iri]
+
+    def _named_predicates(self, words: Sequence[str]) -> list[str]:
+        """Predicates of the KG whose name ``words`` give (score >= 80), best first."""
+        key = " ".join(words)
+        if key not in self._named:
+            try:
+                items = self.tools.predicates()
+            except KGError:
+                items = []
+            scored = [(self._name_score(i.iri, words), i.count or 0, i.iri) for i in items
+                      if i.iri != RDF_TYPE and i.iri not in self._labels]
+            self._named[key] = [iri for score, _, iri in sorted(scored, key=lambda x: (-x[0], -x[1], x[2]))
+                                if score >= 80][:3]
+        return self._named[key]
+
+    def _name_score(self, iri: str, words: Iterable[str]) -> float:
+        """0-100: how close a predicate's name is to ``words`` (superlative adjectives and
+        question words count through the property words they hint at)."""
+        names = self._names(iri)
+        words = set(words)
+        words |= {h for w in words for h in HINTS.get(w, ())}
+        return max((word_sim(w, x) for w in words for x in names), default=0.0)
 
     def _value_kind(self, predicate: str) -> str | None:
         """iri | number | date | string: what the predicate's values are (from the KG)."""
@@ -1501,116 +1497,13 @@ class OfflineStrategy:
         return self._pred_values[literal]
 
 
+
+
 # ============================================================================================
-# Helpers: query edits
+# Helpers
 # ============================================================================================
 
 _MIN_WORDING = 70.0  # a re-linked predicate must be named (or hinted) by the question
-
-# Adjectives of superlatives and comparisons -> words of the properties they are about.
-_HINTS: dict[str, tuple[str, ...]] = {
-    **dict.fromkeys(("old", "oldest", "older", "young", "youngest", "younger", "new", "newest", "newer",
-                     "recent", "recently", "latest", "earliest", "founded", "established"),
-                    ("year", "date", "founding", "birth")),
-    **dict.fromkeys(("large", "largest", "larger", "big", "biggest", "small", "smallest", "populous",
-                     "inhabitants", "people"), ("population", "size", "area")),
-    **dict.fromkeys(("long", "longest", "short", "shortest", "pages", "thick", "thickest"), ("page", "length")),
-    **dict.fromkeys(("heavy", "heaviest", "light", "lightest"), ("weight",)),
-    **dict.fromkeys(("expensive", "cheap", "cheapest", "costly", "pricey"), ("price", "cost", "amount")),
-    **dict.fromkeys(("rated", "rating", "popular"), ("rating", "score")),
-}
-
-
-def _relax(variant: Variant, toks: list[Tok]) -> bool:
-    """Drop the triple patterns holding ``toks``, then those left dangling (holding a variable
-    only the dropped patterns connected). False when no triple pattern would be left."""
-    projected = set(variant.tpl.projection)
-    ids = {id(t) for t in toks}
-    dropped = [p for p in variant.pieces if isinstance(p, Triple) and any(id(t) in ids for t in (*p.s, *p.o))]
-    freed: set[str] = set().union(*(t.vars() for t in dropped)) if dropped else set()
-    pieces = [p for p in variant.pieces if not any(p is d for d in dropped)]
-    while True:
-        uses: dict[str, int] = {}
-        for p in pieces:
-            if isinstance(p, Triple):
-                for v in p.vars():
-                    uses[v] = uses.get(v, 0) + 1
-            elif p.kind == "var":  # used in FILTER, ORDER BY, the projection...: never dangling
-                uses[p.text] = uses.get(p.text, 0) + 100
-        dangling = [p for p in pieces if isinstance(p, Triple) and any(
-            v in freed and v not in projected and uses.get(v, 0) == 1 for v in p.vars())]
-        if not dangling:
-            break
-        freed |= set().union(*(t.vars() for t in dangling))
-        pieces = [p for p in pieces if not any(p is d for d in dangling)]
-    if not any(isinstance(p, Triple) for p in pieces):
-        return False
-    variant.pieces = pieces
-    return True
-
-
-def _flip_polarity(variant: Variant, question: str) -> None:
-    """"shortest" adapted from "most pages": ORDER BY DESC becomes ASC (and back)."""
-    polarity = superlative_polarity(question)
-    if not polarity or not variant.tpl.polarity or polarity == variant.tpl.polarity:
-        return
-    in_order = False
-    for piece in variant.pieces[_where_close(variant.pieces) + 1:]:
-        if not isinstance(piece, Tok):
-            continue
-        if piece.upper == "ORDER":
-            in_order = True
-        elif piece.upper in ("LIMIT", "OFFSET", "GROUP", "HAVING"):
-            in_order = False
-        elif in_order and piece.upper in ("ASC", "DESC"):
-            piece.text = "DESC" if piece.upper == "ASC" else "ASC"
-            variant.notes.append(f"order flipped to {piece.text}")
-            return
-        elif in_order and piece.kind == "var":
-            piece.text = f"DESC({piece.text})"
-            variant.notes.append("order flipped to DESC")
-            return
-
-
-def _flip_comparison(variant: Variant, question: str, fills: dict[Slot, str | None]) -> None:
-    """"before 1950" adapted from "after 2020": the comparison operator is inverted."""
-    number = next((s for s in fills if s.kind == "number" and fills[s] is not None), None)
-    if number is None or not variant.tpl.comparison:
-        return
-    where = next((n.start for n in find_numbers(question) if n.value == fills[number]), None)
-    direction = comparison_direction(question, where)
-    if not direction or direction == variant.tpl.comparison:
-        return
-    flip = {">": "<", "<": ">", ">=": "<=", "<=": ">="}
-    pieces = variant.pieces
-    for piece, nxt in itertools.pairwise(pieces):
-        if isinstance(piece, Tok) and piece.text in flip and isinstance(nxt, Tok) and nxt.kind == "number":
-            piece.text = flip[piece.text]
-            variant.notes.append(f"comparison flipped to {piece.text}")
-
-
-def _to_ask(variant: Variant) -> Variant:
-    out = variant.fork("converted to ASK")
-    start = _form_index(out.pieces) or 0
-    head = out.pieces[start]
-    assert isinstance(head, Tok)
-    head.text = "ASK"
-    open_, close = _where_open(out.pieces, start), _where_close(out.pieces)
-    out.pieces = [*out.pieces[: start + 1], *out.pieces[open_: close + 1]]
-    return out
-
-
-def _to_count(variant: Variant) -> Variant | None:
-    """Count the answers: the query becomes a sub-query, so grouping and filters still hold."""
-    var = variant.tpl.answer_var
-    if var is None:
-        return None
-    out = variant.fork(f"answer counted: COUNT(DISTINCT {var})")
-    start = _form_index(out.pieces) or 0
-    head = Tok("word", f"SELECT (COUNT(DISTINCT {var}) AS ?count) WHERE {{ {{", out.pieces[start].pre)
-    out.pieces = [*out.pieces[:start], head, *out.pieces[start:], Tok("punct", "} }", "\n")]
-    return out
-
 
 def _partial_person(span: Span, cand: Candidate) -> bool:
     """A person named by part of the name ("Bergström" for "Anna Bergström")."""
@@ -1635,9 +1528,6 @@ def _short(value: str) -> str:
     return local_name(value) if value.startswith("http") else value
 
 
-def _norm(text: str, fold: bool) -> str:
-    text = text.casefold()
-    return fold_accents(text) if fold else text
 
 
 def _carry_case(slot: Slot, value: str | None, example_text: str) -> str | None:
@@ -1657,152 +1547,9 @@ def _kind_of_value(kind: str, datatype: str | None) -> str:
         return "iri"
     if datatype in _NUMERIC_DATATYPES:
         return "number"
-    if datatype and datatype.startswith(_XSD) and ("date" in datatype or "time" in datatype or "gYear" in datatype):
+    if datatype and datatype.startswith(XSD) and ("date" in datatype or "time" in datatype or "gYear" in datatype):
         return "date"
     return "string"
-
-
-# ============================================================================================
-# Helpers: text and structure
-# ============================================================================================
-
-
-def _same_number(a: str, b: str) -> bool:
-    try:
-        return float(a) == float(b)
-    except ValueError:
-        return False
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text.strip('"'))
-        return True
-    except ValueError:
-        return False
-
-
-def _snap(text: str, start: int, end: int) -> tuple[int, int]:
-    """Widen a character range to whole words."""
-    while start > 0 and text[start - 1].isalnum():
-        start -= 1
-    while end < len(text) and text[end].isalnum():
-        end += 1
-    return (start, end)
-
-
-def _overlapping(spans: Sequence[tuple[int, int]]) -> bool:
-    ordered = sorted(spans)
-    return any(b[0] < a[1] for a, b in itertools.pairwise(ordered))
-
-
-def _requote(token: str, value: str) -> str:
-    """A string token with a new lexical value, keeping its quotes, language tag or datatype."""
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    suffix = ""
-    for q in ('"""', "'''", '"', "'"):
-        if token.startswith(q):
-            end = token.rfind(q)
-            suffix = token[end + len(q):] if end >= len(q) else ""
-            break
-    return f'"{escaped}"{suffix}'
-
-
-def _word_sim(a: str, b: str) -> float:
-    """0-100 similarity of two words; a long shared stem counts ("reliable" ~ "reliability")."""
-    stem = len(os.path.commonprefix([a, b]))
-    if stem >= 4 and stem >= 0.7 * min(len(a), len(b)):
-        return max(90.0, fuzz.ratio(a, b))
-    return fuzz.ratio(a, b)
-
-
-def _triple_vars(pieces: Sequence[Piece]) -> list[str]:
-    out: list[str] = []
-    for p in pieces:
-        if isinstance(p, Triple):
-            out += [t.text for t in (*p.s, *p.o) if t.kind == "var"]
-    return list(dict.fromkeys(out))
-
-
-def _singulars(word: str) -> list[str]:
-    out = [word]
-    if word.endswith("ies"):
-        out.append(word[:-3] + "y")
-    if word.endswith(("ses", "xes", "ches", "shes")):
-        out.append(word[:-2])
-    if word.endswith("s"):
-        out.append(word[:-1])
-    return out
-
-
-def _split_camel(text: str) -> str:
-    return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", text)
-
-
-def _align_string(example_text: str, slot: Slot, question: str) -> Mention | None:
-    """The words of ``question`` standing where the training question names the slot: the
-    question is aligned word by word with the training question. A capitalized mention must be
-    replaced by capitalized words ("the word Winter" -> "Public"), at most three of them."""
-    assert slot.mention is not None
-    ex_words = [(m.start(), m.end(), normalize_text(m.group())) for m in re.finditer(r"[^\W_]+", example_text)]
-    q_words = [(m.start(), m.end(), normalize_text(m.group())) for m in re.finditer(r"[^\W_]+", question)]
-    inside = [i for i, w in enumerate(ex_words) if w[0] >= slot.mention[0] and w[1] <= slot.mention[1]]
-    if not inside:
-        return None
-    said = example_text[slot.mention[0]:slot.mention[1]]
-    matcher = difflib.SequenceMatcher(None, [w[2] for w in ex_words], [w[2] for w in q_words], autojunk=False)
-    for op, a0, a1, b0, b1 in matcher.get_opcodes():
-        if not (a0 <= inside[0] and inside[-1] < a1):
-            continue
-        if op == "equal":
-            j0, j1 = b0 + inside[0] - a0, b0 + inside[-1] - a0
-            return Mention(q_words[j0][0], q_words[j1][1], question[q_words[j0][0]:q_words[j1][1]])
-        if op != "replace":
-            return None
-        others = [ex_words[i][2] for i in range(a0, a1) if i not in inside]
-        words = [w for w in q_words[b0:b1] if not any(fuzz.ratio(w[2], o) >= 80 for o in others)]
-        while words and words[0][2] in STOPWORDS:
-            words.pop(0)
-        while words and words[-1][2] in STOPWORDS:
-            words.pop()
-        if not words or len(words) > 3:
-            return None
-        if said[:1].isupper() and not all(question[w[0]].isupper() or question[w[0]].isdigit() for w in words):
-            return None
-        return Mention(words[0][0], words[-1][1], question[words[0][0]:words[-1][1]])
-    return None
-
-
-def _form_index(pieces: Sequence[Piece]) -> int | None:
-    return next((i for i, p in enumerate(pieces) if isinstance(p, Tok)
-                 and p.upper in ("SELECT", "ASK", "CONSTRUCT", "DESCRIBE")), None)
-
-
-def _where_open(pieces: Sequence[Piece], start: int) -> int:
-    return next(i for i in range(start, len(pieces)) if isinstance(pieces[i], Tok) and pieces[i].text == "{")  # type: ignore[union-attr]
-
-
-def _where_close(pieces: Sequence[Piece]) -> int:
-    open_ = _where_open(pieces, _form_index(pieces) or 0)
-    depth = 0
-    for i in range(open_, len(pieces)):
-        p = pieces[i]
-        if isinstance(p, Tok) and p.text == "{":
-            depth += 1
-        elif isinstance(p, Tok) and p.text == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return len(pieces) - 1
-
-
-def _var_class(pieces: Sequence[Piece], var: str, prefixes: dict[str, str]) -> str | None:
-    for p in pieces:
-        if isinstance(p, Triple) and p.is_type() and p.s_var == var and len(p.o) == 1:
-            iri = _expand(p.o[0], prefixes)
-            if iri is not None:
-                return iri
-    return None
 
 
 _EXCLUSIVE = frozenset({"ORDER", "LIMIT", "HAVING", "FILTER"})  # a template with these does
@@ -1811,8 +1558,13 @@ _EXCLUSIVE = frozenset({"ORDER", "LIMIT", "HAVING", "FILTER"})  # a template wit
 _ASKED_BEFORE = frozenset({"which", "what", "many", "all", "list", "the", "me", "show", "our", "every", "each"})
 
 
+def _signal(name_score: float) -> float:
+    """A name score as evidence (0-1): below 60 two words merely share letters."""
+    return name_score / 100 if name_score >= 60 else 0.0
+
+
 def _asked_class(question: str, links: Sequence[Link]) -> str | None:
-    """The class the question asks for: "Which *books* ...", "In which *department* ..."."""
+    """The class the question asks for: "Which *books* ...", "In which *city* ..."."""
     for link in links:
         classes = link.kind_candidates("class")
         if not classes:
