@@ -23,6 +23,8 @@ app = typer.Typer(
     help="Self-improving Text-to-SPARQL agents: evaluate, improve, review and deploy.",
 )
 console = Console()
+if not console.is_terminal:  # piped or captured output: don't squeeze tables into 80 columns
+    console = Console(width=200)
 err_console = Console(stderr=True)
 
 
@@ -317,8 +319,8 @@ def _print_ledger(ws: Any, fmt: str, all_features: bool) -> None:
     if fmt == "text":
         for title, table in tables:
             t = Table(title=title)
-            for col in table.header:
-                t.add_column(str(col))
+            for i, col in enumerate(table.header):
+                t.add_column(str(col), no_wrap=i == 0)
             for row in table.rows:
                 t.add_row(*(format_cell(c) for c in row))
             console.print(t)
