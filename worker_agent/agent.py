@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from worker_agent.kg import KGError, KnowledgeGraph, check_read_only
+from worker_agent.kg import KNOWN_PREFIXES, KGError, KnowledgeGraph, check_read_only
 from worker_agent.spec import AgentSpec, HookError
 from worker_agent.strategies import Example, StrategyResult, make_strategy
 from worker_agent.tools import Tools
@@ -33,12 +33,22 @@ class Answer:
     trace_path: Path | None = None
 
 
+def expand_name(name: str) -> str:
+    """``pv:name`` -> full IRI with the known prefixes; full IRIs pass through."""
+    head, sep, local = name.partition(":")
+    if sep and head in KNOWN_PREFIXES and not local.startswith("//"):
+        return KNOWN_PREFIXES[head] + local
+    return name
+
+
 def build_tools(spec: AgentSpec, kg: KnowledgeGraph) -> Tools:
     """Tools configured by the spec's ``tools`` section."""
     t = spec.config.tools
     return Tools(
         kg,
-        label_predicates=tuple(t.surface_forms.label_predicates),
+        label_predicates=tuple(expand_name(p) for p in t.surface_forms.label_predicates),
+        lookup_url=t.surface_forms.lookup_url,
+        virtuoso=t.surface_forms.virtuoso,
         k=t.surface_forms.k,
         fuzzy_threshold=t.surface_forms.fuzzy_threshold,
         group_namespaces=t.ontology.group_namespaces,

@@ -141,6 +141,15 @@ default=85, ge=0, le=100, description="Minimum rapidfuzz similarity (0-100) for 
         "rdfs:label, skos:prefLabel/altLabel, foaf:name and schema:name.",
     )
 
+    lookup_url: str | None = Field(
+        default=None,
+        description="Remote KGs: a DBpedia-Lookup-style JSON service queried for candidates "
+        "instead of SPARQL label search.",
+    )
+    virtuoso: bool = Field(
+        default=False, description="Remote KGs on Virtuoso: use its full-text index (bif:contains)."
+    )
+
     @field_validator("label_predicates")
     @classmethod
     def _predicates_are_names(cls, value: list[str]) -> list[str]:
