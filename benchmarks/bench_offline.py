@@ -1,6 +1,7 @@
 """Benchmark of the offline strategy (no LLM).
 
-Prints official-equivalent set_F (``researcher.metrics``) of the offline strategy, for the seed
+Prints official-equivalent set_F and per-family component scores (``researcher.evaluate``, the
+same evaluation as ``researcher eval``) of the offline strategy, for the seed
 spec v1 as shipped and for the same spec with every rule enabled and ``few_shot: 5``:
 
 * on the bundled demo dataset (its ``splits.yml``; training split as examples);
@@ -20,7 +21,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,35 +29,26 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from researcher import metrics
 from researcher.datasets import (
     Question,
     QuestionSet,
     Splits,
     load_gold_answers,
+    load_order_required,
     load_questions,
     load_splits,
     make_splits,
 )
+from researcher.evaluate import AgentAnswer, EvalReport, Gold, evaluate_agent, resolve_gold
 from researcher.propose import set_rule_enabled, set_yaml_value
 from worker_agent.agent import WorkerAgent
-from worker_agent.kg import KGError, KnowledgeGraph, open_kg
+from worker_agent.kg import KnowledgeGraph, open_kg
 from worker_agent.spec import AgentSpec, seed_spec_path
 from worker_agent.strategies import Example
 
 DEMO = ROOT / "worker_agent" / "data" / "demo"
+ORDER: dict[str, set[str]] = {}  # questions whose answer order matters, per dataset
 CK25 = ROOT.parent / "shared" / "datasets" / "ck25"
-
-
-@dataclass
-class Row:
-    uid: str
-    question: str
-    status: str
-    set_f: float | None
-    time_s: float
-    query: str | None
-    detail: str | None
 
 
 def examples_of(questions: Sequence[Question]) -> list[Example]:
@@ -76,52 +67,29 @@ def spec_variant(all_rules: bool = False, **config: Any) -> AgentSpec:
     return AgentSpec.from_files(files)
 
 
-def gold_answers(kg: KnowledgeGraph, questions: Sequence[Question],
-                 official: dict[str, dict[str, int]] | None) -> dict[str, dict[str, int]]:
-    out = {}
-    for q in questions:
-        if official is not None and q.uid in official:
-            out[q.uid] = official[q.uid]
-        elif q.sparql:
-            out[q.uid] = metrics.answer_set(kg.query(q.sparql))
-    return out
-
-
-def predicted(kg: KnowledgeGraph, query: str | None) -> dict[str, int]:
-    if not query:
-        return {}
-    try:
-        return metrics.answer_set(kg.query(query, timeout=30))
-    except KGError:
-        return {}
-
-
 def run(spec: AgentSpec, kg: KnowledgeGraph, train: Sequence[Question], evaluate: Sequence[Question],
-        gold: dict[str, dict[str, int]]) -> list[Row]:
+        gold: dict[str, Gold]) -> EvalReport:
+    """The same evaluation `researcher eval` runs: official set metrics plus per-family scores."""
     agent = WorkerAgent(spec, kg, examples_of(train))
-    rows = []
-    for q in evaluate:
-        answer = agent.ask(q.text, uid=q.uid, lang=q.lang)
-        scores = metrics.score_question(predicted(kg, answer.query), gold[q.uid], order_matters=False)
-        rows.append(Row(q.uid, q.text, answer.status, scores.get("set_F"), answer.time_s, answer.query,
-                        answer.detail))
-    return rows
+
+    def answer(q: Question) -> AgentAnswer:
+        a = agent.ask(q.text, uid=q.uid, lang=q.lang)
+        return AgentAnswer(a.query, a.status, a.time_s)
+
+    return evaluate_agent(answer, evaluate, kg, gold, concurrency=1)
 
 
-def summary(rows: Sequence[Row]) -> tuple[float, float]:
-    scored = [r.set_f for r in rows if r.set_f is not None]
-    return (statistics.fmean(scored) if scored else float("nan"),
-            statistics.fmean(r.time_s for r in rows) if rows else 0.0)
-
-
-def report(name: str, rows: Sequence[Row], show: bool) -> None:
-    set_f, per_q = summary(rows)
-    scored = sum(1 for r in rows if r.set_f is not None)
-    print(f"{name:<42} set_F {set_f:.3f}  ({scored} scored of {len(rows)})  {per_q * 1000:.0f} ms/question")
+def report(name: str, result: EvalReport, show: bool) -> None:
+    s = result.summary
+    per_q = statistics.fmean(r.time_s for r in result.results) if result.results else 0.0
+    fam = "  ".join(f"{k} {v:.2f}" for k, v in s["families"].items() if v is not None)
+    print(f"{name:<42} set_F {s['overall']['set_F']:.3f}  ({s['n_scored']} scored of {s['n_questions']})  "
+          f"{per_q * 1000:.0f} ms/question")
+    print(f"{'':<44}families: {fam}")
     if show:
-        for r in rows:
-            shown = "  -  " if r.set_f is None else f"{r.set_f:.2f}"
-            print(f"   {shown}  {r.uid:<12} {r.status:<10} {r.question}")
+        for r in result.results:
+            shown = "  -  " if not r.counted else f"{r.scores.get('set_F', 0.0):.2f}"
+            print(f"   {shown}  {r.uid:<12} {r.status:<10} {r.outcome:<18} {r.question}")
 
 
 def dataset(questions: QuestionSet, splits: Splits, split: str) -> tuple[list[Question], list[Question]]:
@@ -133,7 +101,7 @@ def bench(name: str, load: Callable[[], tuple[KnowledgeGraph, QuestionSet, Split
     started = time.perf_counter()
     kg, questions, splits, official = load()
     train, evaluate = dataset(questions, splits, split)
-    gold = gold_answers(kg, evaluate, official)
+    gold = resolve_gold(evaluate, kg, official, ORDER.get(name, set()))
     print(f"{name}: {len(train)} training examples, {len(evaluate)} {split} questions "
           f"(KG loaded in {time.perf_counter() - started:.1f} s)")
     for label, spec in specs:
@@ -147,6 +115,7 @@ def load_demo() -> tuple[KnowledgeGraph, QuestionSet, Splits, None]:
 def load_ck25(root: Path) -> Callable[[], tuple[KnowledgeGraph, QuestionSet, Splits, dict]]:
     def load() -> tuple[KnowledgeGraph, QuestionSet, Splits, dict]:
         questions = load_questions(root / "questions.yml")
+        ORDER["ck25"] = load_order_required(root / "questions.yml")
         kg = open_kg([root / "prod-vocab.ttl", root / "prod-inst.ttl"])
         return kg, questions, make_splits(questions, seed=0), load_gold_answers(root / "true_result_set.json")
     return load
