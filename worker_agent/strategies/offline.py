@@ -15,8 +15,9 @@ No LLM. For a new question the strategy
    has no filler for is relaxed; entities and values the template lacks are joined to its answer;
    superlatives and comparisons that point the other way flip ``ORDER BY`` and the comparison;
 4. **composes** queries from the question's own mentions and the ontology when no template
-   fits: every entity or value joined to the answer by the predicate the question's words name
-   (or the only one reaching the class it asks for), in one or two hops;
+   fits (:mod:`worker_agent.strategies.composition`): every entity or value joined to the
+   answer by the predicate the question's words name (or the only one reaching the class it
+   asks for), in one or two hops;
 5. **orders** the candidates (clean adaptations, well-supported compositions, adaptations that
    use every mention, other compositions, the rest), **executes** them with the test-SPARQL tool,
    repairs empty ones (inverse directions, re-linked predicates), shapes them as the question
@@ -54,6 +55,7 @@ from rapidfuzz import fuzz
 from worker_agent.kg import KGError
 from worker_agent.retrieval import Hit, Retriever, make_retriever, normalize_text
 from worker_agent.strategies import Example, StrategyResult
+from worker_agent.strategies.composition import Anchor, Composition, Join
 from worker_agent.strategies.template import (
     RDF_TYPE,
     XSD,
@@ -190,35 +192,6 @@ class Execution:
 
 
 @dataclass
-class _Anchor:
-    """Where a composed query starts: an entity (``<iri>``) or a literal, and where the
-    question names it; ``values``: the predicates holding the literal."""
-
-    start: int
-    end: int
-    term: str
-    values: list[tuple[str, int]] | None
-    terms: frozenset[str] = frozenset()  # the term and its alternatives (other candidates)
-
-    def used_in(self, query: str) -> bool:
-        return any(t in query for t in self.terms | {self.term})
-
-
-@dataclass
-class _Join:
-    """Triple patterns joining an anchor to ``?result``, scored; ``sure``: the question's words
-    name the predicate (or the anchor is a value the predicate holds)."""
-
-    score: float
-    sure: bool
-    triples: list[str]
-    note: str
-
-
-_PROPER_RE = re.compile(r"\b[A-Z][\w\-]*(?:\s+[A-Z][\w\-]*)*")  # capitalized words: a name or a value
-
-
-@dataclass
 class _Question:
     """Everything about the question being answered (strategies answer concurrently, so none
     of it lives on the strategy)."""
@@ -232,15 +205,15 @@ class _Question:
     several: str | None = None  # what it asks for besides the answer ("... with their year")
     who: bool = False  # it asks for a person
     asked: str | None = None  # the class it asks for ("Which *teams* ...")
-    anchors: list[_Anchor] = field(default_factory=list)  # its entities and KG values
-    joins: dict[tuple[str, str | None], list[_Join]] = field(default_factory=dict)  # anchor, kind -> joins
+    anchors: list[Anchor] = field(default_factory=list)  # its entities and KG values
+    joins: dict[tuple[str, str | None], list[Join]] = field(default_factory=dict)  # anchor, kind -> joins
     executed: set[str] = field(default_factory=set)  # queries already run for this question
 
     def late(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
 
 
-class OfflineStrategy:
+class OfflineStrategy(Composition):
     """Retrieve-and-adapt text-to-SPARQL over the worker's tools (see the module doc)."""
 
     def __init__(self, spec: AgentSpec, tools: Tools, examples: Sequence[Example]) -> None:
@@ -1136,132 +1109,7 @@ class OfflineStrategy:
                 yield typed
         yield variant
 
-    # ---------------------------------------------------------------- composition
-
-    def _composed(self, q: _Question) -> list[tuple[bool, Variant]]:
-        """Queries composed from the question's own mentions, for questions no training template
-        fits: each linked entity or literal value is joined to the answer variable by the
-        predicate (or two-predicate path) whose name the question's other words support best and
-        whose far end holds what the question asks for ("Which teams ...", "Who ...").
-        Best first, each with whether every join is supported by the wording (or a value)."""
-        if q.kind == "boolean":
-            return []
-        asked = q.asked
-        anchors = q.anchors
-        if not anchors and asked is None:
-            return []
-        taken = [(a.start, a.end) for a in anchors] + [(l.start, l.end) for l in q.links
-                                                      if l.kind_candidates("class") and asked in
-                                                      {c.iri for c in l.kind_candidates("class")}]
-        words = [w for m in re.finditer(r"[^\W_]+", q.text)
-                 if not any(a <= m.start() < b for a, b in taken)
-                 and (w := normalize_text(m.group())) and w not in STOPWORDS]
-        joins = [self._joins(a, asked, words, q.who)[:3] for a in anchors]
-        joins = [j for j in joins if j]
-        if anchors and not joins:
-            return []
-        combos = [[j[0] for j in joins]]
-        if joins:
-            combos += [[alt, *(j[0] for j in joins[1:])] for alt in joins[0][1:]]
-        out: list[tuple[bool, Variant]] = []
-        for combo in combos:
-            patterns = [t for join in combo for t in join.triples]
-            if asked is not None:
-                patterns.insert(0, f"?result a/<{RDFS}subClassOf>* <{asked}> .")
-            sparql = "SELECT DISTINCT ?result WHERE {\n  " + "\n  ".join(patterns) + "\n}\n"
-            try:
-                tpl = parse_template(Example("composed", q.text, sparql))
-            except TemplateError:
-                continue
-            variant, _ = Variant.of(tpl)
-            variant.notes = [j.note for j in combo] or [f"instances of {local_name(asked or '')}"]
-            anchored = {a.term for a in anchors}
-            variant.substituted = [t for p in variant.pieces if isinstance(p, Triple)
-                                   for t in (*p.s, *p.o) if t.text in anchored]
-            # Sure only when every anchor is joined by a supported predicate, and the question
-            # has no numbers the composition would ignore ("... more than 5 ...").
-            sure = bool(combo) and len(combo) == len(anchors) and all(j.sure for j in combo) \
-                and not self._free_numbers(q)
-            out.append((sure, variant))
-        q.trace.step("composed", asked=asked, anchors=[a.term for a in anchors],
-                     queries=[v.render() for _, v in out], sure=[sure for sure, _ in out])
-        return out
-
-    def _anchors(self, q: _Question) -> list[_Anchor]:
-        """What a composed query starts from: the best entity of every entity mention, quoted
-        strings, and capitalized words the linker left alone that the KG holds as a value
-        ("... vendors in Spain" -> "Spain")."""
-        out = [_Anchor(l.start, l.end, f"<{c[0].iri}>", None, frozenset(f"<{x.iri}>" for x in c)) for l in q.links
-               if (c := l.kind_candidates("entity")) and c[0] is l.candidates[0]]
-        spans = [(l.start, l.end) for l in q.links]
-        values = [(m.start, m.end, m.value) for m in find_quoted(q.text)]
-        values += [(m.start(), m.end(), m.group()) for m in _PROPER_RE.finditer(q.text) if m.start() > 0]
-        for start, end, value in values:
-            if any(a < end and start < b for a, b in spans):
-                continue
-            literal = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-            preds = self._value_predicates(literal)
-            if preds:
-                out.append(_Anchor(start, end, literal, preds))
-                spans.append((start, end))
-        return sorted(out, key=lambda a: a.start)
-
-    def _joins(self, anchor: _Anchor, asked: str | None, words: Sequence[str], who: bool) -> list[_Join]:
-        """Ways to join ``anchor`` to ``?result``, best first."""
-        found: list[_Join] = []
-        if anchor.values is not None:  # a literal: ?result <p> "value"
-            for pred, _ in anchor.values[:5]:
-                fit = self._fit(pred, "in", asked, who)
-                name = self._name_score(pred, words)
-                found.append(_Join(0.5 + _signal(name) + 0.5 * fit, fit >= 0, [f"?result <{pred}> {anchor.term} ."],
-                                   f"{local_name(pred)} = {anchor.term}"))
-            return sorted(found, key=lambda j: -j.score)
-        iri = anchor.term[1:-1]
-        info = getattr(self._ontology_of(iri), "predicates", [])
-        preds = [(p.iri, p.direction) for p in info if p.iri != RDF_TYPE and p.iri not in self._labels]
-        usage = {(p.iri, p.direction): p.count for p in info}
-        top = max(usage.values(), default=1) or 1
-        fits = {(pred, direction): self._fit(pred, direction, asked, who) for pred, direction in preds}
-        only = [pd for pd, fit in fits.items() if fit > 0]
-        for pred, direction in preds:
-            fit = fits[(pred, direction)]
-            name = self._name_score(pred, words)
-            triple = f"{anchor.term} <{pred}> ?result ." if direction == "out" else f"?result <{pred}> {anchor.term} ."
-            # Sure: the question names the predicate, or it is the only one reaching the asked kind.
-            sure = (name >= 80 and fit >= 0) or only == [(pred, direction)]
-            # Usage breaks ties: the predicate most used with this entity is its usual relation.
-            score = _signal(name) + 0.5 * fit + 0.05 * usage[(pred, direction)] / top
-            found.append(_Join(score, sure, [triple], f"{local_name(pred)} of {local_name(iri)}"))
-        if asked is not None and not only:  # no predicate reaches the asked kind directly
-            found += self._two_hops(anchor, preds, asked, words)
-        return sorted(found, key=lambda j: -j.score)
-
-    def _two_hops(self, anchor: _Anchor, preds: Sequence[tuple[str, str]], asked: str,
-                  words: Sequence[str]) -> list[_Join]:
-        """``anchor -p1- ?x -p2- ?result``: through a class the anchor's predicate reaches and
-        that has a predicate reaching the asked class ("vendors of valves": valve <- category -
-        ?item - vendor -> ?result)."""
-        out: list[_Join] = []
-        first = sorted(preds, key=lambda pd: -self._name_score(pd[0], words))[:4]
-        for pred, direction in first:
-            info = self._ontology_of(pred)
-            middle = [c.iri for c in getattr(info, "range" if direction == "out" else "domain", [])
-                      if not c.iri.startswith(XSD)][:2]
-            hop1 = f"{anchor.term} <{pred}> ?x ." if direction == "out" else f"?x <{pred}> {anchor.term} ."
-            for cls in middle:
-                for p2 in getattr(self._ontology_of(cls), "predicates", []):
-                    if p2.iri in (RDF_TYPE, pred) or p2.iri in self._labels:
-                        continue
-                    back = "out" if p2.direction == "out" else "in"
-                    if self._fit(p2.iri, back, asked, False) <= 0:
-                        continue
-                    hop2 = f"?x <{p2.iri}> ?result ." if back == "out" else f"?result <{p2.iri}> ?x ."
-                    name = max(self._name_score(pred, words), self._name_score(p2.iri, words))
-                    out.append(_Join(0.2 + _signal(name), name >= 80, [hop1, hop2],
-                                     f"{local_name(pred)}/{local_name(p2.iri)} of {local_name(anchor.term[1:-1])}"))
-        if len(out) == 1:  # the only path to the asked kind
-            out[0].sure = True
-        return out
+    # ---------------------------------------------------------------- the asked-for kind (composition joins)
 
     def _fit(self, pred: str, direction: str, asked: str | None, who: bool) -> float:
         """+1 when the far end of ``pred`` (its range going out, its domain coming in) is the
@@ -1556,11 +1404,6 @@ _EXCLUSIVE = frozenset({"ORDER", "LIMIT", "HAVING", "FILTER"})  # a template wit
 # something specific the question must ask for
 
 _ASKED_BEFORE = frozenset({"which", "what", "many", "all", "list", "the", "me", "show", "our", "every", "each"})
-
-
-def _signal(name_score: float) -> float:
-    """A name score as evidence (0-1): below 60 two words merely share letters."""
-    return name_score / 100 if name_score >= 60 else 0.0
 
 
 def _asked_class(question: str, links: Sequence[Link]) -> str | None:

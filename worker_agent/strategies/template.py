@@ -1,22 +1,23 @@
 """SPARQL templates: a training example's gold query taken apart so that it can be adapted.
 
-A small tokenizer and a structural parser of the WHERE clause turn a query into *pieces*: raw
-tokens, with every triple block expanded into :class:`Triple` objects (``;`` and ``,`` shorthand
-spelled out). A :class:`Template` adds what adaptation needs: the query form, the projection, the
-features (ORDER, LIMIT, COUNT, ...) and the *slots* (entities, classes, properties and literals
-the training question names; found by the strategy, which has the KG tools). A :class:`Variant`
-is one editable copy of a template's pieces; the edits here (relaxing a constraint, flipping an
-order or a comparison, turning a query into ASK or COUNT, typing the answer, choosing the
-projection) are purely structural: no KG, no question wording.
+The project lexer's tokens (:mod:`worker_agent.sparql_lexer`) and a structural parser of the
+WHERE clause turn a query into *pieces*: raw tokens, with every triple block expanded into
+:class:`Triple` objects (``;`` and ``,`` shorthand spelled out). A :class:`Template` adds what
+adaptation needs: the query form, the projection, the features (ORDER, LIMIT, COUNT, ...) and
+the *slots* (entities, classes, properties and literals the training question names; found by
+the strategy, which has the KG tools). A :class:`Variant` is one editable copy of a template's
+pieces; the edits here (relaxing a constraint, flipping an order or a comparison, turning a
+query into ASK or COUNT, typing the answer, choosing the projection) are purely structural: no
+KG, no question wording.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from worker_agent import sparql_lexer
 from worker_agent.kg import KNOWN_PREFIXES
 from worker_agent.strategies import Example
 
@@ -68,20 +69,9 @@ class TemplateError(Exception):
     """A gold query the offline strategy cannot take apart (one line, names the example)."""
 
 
-_TOKEN_RE = re.compile(
-    r"""(?P<ws>(?:\s+|\#[^\n]*)+)
-    |(?P<iri><[^<>"{}|^`\\\s]*>)
-    |(?P<string>(?:\"\"\"(?:[^\\]|\\.)*?\"\"\"|'''(?:[^\\]|\\.)*?'''|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
-        (?:@[A-Za-z]+(?:-[A-Za-z0-9]+)*|\^\^(?:<[^<>"{}|^`\\\s]*>|[A-Za-z][\w\-]*:[\w\-]*))?)
-    |(?P<var>[?$][A-Za-z0-9_\u00B7\u00C0-\uFFFF]+)
-    |(?P<number>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)
-    |(?P<bnode>_:[A-Za-z0-9_\-]+)
-    |(?P<pname>(?:[A-Za-z][\w\-]*(?:\.[\w\-]+)*)?:(?:[\w\-%:]+(?:\.[\w\-%:]+)*)?)
-    |(?P<word>[A-Za-z_][A-Za-z0-9_]*)
-    |(?P<punct>\^\^|&&|\|\||!=|<=|>=|[{}()\[\].;,*/|^+?!=<>\-])
-    """,
-    re.VERBOSE | re.DOTALL,
-)
+# A lone character the template parser knows; any other (a stray quote, ``@``, ``$``, ``~``...)
+# is not SPARQL a template can hold.
+_PUNCT = frozenset("{}()[].;,*/|^+?!=<>-")
 _TERM_KINDS = frozenset({"iri", "pname", "var", "string", "number", "bnode"})
 _GROUP_KEYWORDS = frozenset({"OPTIONAL", "MINUS", "UNION", "GRAPH", "SERVICE", "SILENT"})
 _EXPR_KEYWORDS = frozenset({"FILTER", "BIND"})
@@ -130,20 +120,38 @@ Piece = Tok | Triple
 
 
 def tokenize_sparql(sparql: str) -> list[Tok]:
+    """The tokens of ``sparql`` as the template parser reads them: the project lexer's
+    (:func:`worker_agent.sparql_lexer.tokens`), regrouped for structural edits. Whitespace and
+    comments become the ``pre`` of the next token (so a rendered template keeps its layout); a
+    literal takes along the language tag or datatype right after it (a slot is the whole
+    literal); ``_:b`` is a ``bnode``; operators (``&&``, ``^^``...) are ``punct``."""
+    lexed = sparql_lexer.tokens(sparql)
     toks: list[Tok] = []
     pre = ""
-    pos = 0
-    while pos < len(sparql):
-        m = _TOKEN_RE.match(sparql, pos)
-        if m is None:
-            raise TemplateError(f"cannot tokenize at {sparql[pos:pos + 20]!r}")
-        kind = m.lastgroup or "punct"
-        if kind == "ws":
-            pre += m.group()
-        else:
-            toks.append(Tok(kind, m.group(), pre))
-            pre = ""
-        pos = m.end()
+    i = 0
+    while i < len(lexed):
+        tok = lexed[i]
+        kind: str = tok.kind
+        text = tok.text
+        i += 1
+        if kind in ("ws", "comment"):
+            pre += text
+            continue
+        if kind == "string":
+            if i < len(lexed) and lexed[i].kind == "lang":
+                text += lexed[i].text
+                i += 1
+            elif i + 1 < len(lexed) and lexed[i].text == "^^" and lexed[i + 1].kind in ("iri", "pname"):
+                text += lexed[i].text + lexed[i + 1].text
+                i += 2
+        elif kind == "pname" and text.startswith("_:"):
+            kind = "bnode"
+        elif kind == "op":
+            kind = "punct"
+        elif kind == "lang" or (kind == "punct" and text not in _PUNCT):
+            raise TemplateError(f"cannot tokenize at {sparql[tok.start:tok.start + 20]!r}")
+        toks.append(Tok(kind, text, pre))
+        pre = ""
     return toks
 
 
