@@ -37,7 +37,8 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     from researcher.evaluate import PredictionsError
     from worker_agent.kg import KGError
 
-    errors: list[type[BaseException]] = [CLIError, DatasetError, PredictionsError, KGError]
+    # OSError: unwritable output paths, full disks, permissions: a one-line message says which file
+    errors: list[type[BaseException]] = [CLIError, DatasetError, PredictionsError, KGError, OSError]
     for module, name in (
         ("worker_agent.spec", "SpecError"),
         ("worker_agent.llm", "LLMError"),
@@ -47,6 +48,7 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
         ("researcher.versions", "PatchError"),
         ("researcher.serve", "ServeError"),
         ("researcher.propose", "ProposalError"),
+        ("researcher.loop", "WorkerUnavailable"),
     ):
         try:
             errors.append(getattr(__import__(module, fromlist=[name]), name))
@@ -117,6 +119,12 @@ def write_results(report: Any, out_dir: Path) -> tuple[Path, Path]:
     return results_path, summary_path
 
 
+def _check_out_dir(out: Path) -> None:
+    """Fail before any work when results could not be written there."""
+    if out.exists() and not out.is_dir():
+        raise CLIError(f"{out}: exists and is not a directory (--out needs a directory)")
+
+
 def open_kg_from_options(kg: list[Path] | None, endpoint: str | None) -> Any:
     from worker_agent.kg import open_kg
 
@@ -144,8 +152,9 @@ def score(
 ) -> None:
     """Score a predictions file against a question set with the official metrics."""
     from researcher.datasets import load_gold_answers, load_order_required, load_questions
-    from researcher.evaluate import load_predictions, resolve_gold, score_predictions
+    from researcher.evaluate import check_gold_covers, load_predictions, resolve_gold, score_predictions
 
+    _check_out_dir(out)
     qs = load_questions(questions)
     preds = load_predictions(predictions)
     unknown = sorted(set(preds) - {q.uid for q in qs.questions})
@@ -153,6 +162,8 @@ def score(
         raise CLIError(f"{predictions}: no prediction matches a question id of {questions} (e.g. {unknown[0]!r})")
     graph = open_kg_from_options(kg, endpoint)
     official = load_gold_answers(gold) if gold else None
+    if official is not None:
+        check_gold_covers(qs.questions, official, gold)
     order = load_order_required(questions) | (load_order_required(gold) if gold else set())
     gold_sets = resolve_gold(qs.questions, graph, official, order, timeout=timeout)
     report = score_predictions(qs.questions, preds, graph, gold_sets, timeout=timeout)
@@ -224,12 +235,27 @@ def _run_loop(ws: Any, iterations: Optional[int], budget_usd: Optional[float], m
             elif kind == "invalid":
                 progress.console.print(f"  invalid: {d['reason']}", highlight=False)
 
-        if ws.ledger.warning:
-            err_console.print(f"[yellow]warning:[/] {ws.ledger.warning}", highlight=False)
-        result = Researcher(ws, on_event=on_event).run(iterations=iterations, budget_usd=budget_usd,
+        researcher = Researcher(ws, on_event=on_event)
+        if researcher.ledger.warning:
+            err_console.print(f"[yellow]warning:[/] {researcher.ledger.warning}", highlight=False)
+        result = researcher.run(iterations=iterations, budget_usd=budget_usd,
                                                        max_hours=max_hours, patience=patience,
                                                        final_test=final_test)
     return result
+
+
+def _override_loop_config(ws: Any, **options: Any) -> None:
+    """Command-line options go through the same validation as researcher.yaml."""
+    from pydantic import ValidationError
+
+    from researcher.workspace import LoopConfig
+
+    given = {k: v for k, v in options.items() if v is not None}
+    try:
+        ws.config.loop = LoopConfig.model_validate({**ws.config.loop.model_dump(), **given})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise CLIError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
 
 
 def _print_run(result: Any, as_json: bool) -> None:
@@ -271,10 +297,12 @@ def loop(
 ) -> None:
     """Run the improvement loop in the current workspace (resumable; one lock per workspace)."""
     ws = _workspace()
-    if repeats is not None:
-        ws.config.loop.repeats = repeats
+    _override_loop_config(ws, iterations=iterations, budget_usd=budget_usd, max_hours=max_hours,
+                          patience=patience, repeats=repeats)
     result = _run_loop(ws, iterations, budget_usd, max_hours, patience, as_json, final_test=not no_test)
     _print_run(result, as_json)
+    if result.stop_reason == "interrupted":
+        raise typer.Exit(130)
 
 
 @app.command()
@@ -288,36 +316,50 @@ def demo(
     from researcher.workspace import CONFIG_NAME, Workspace, init_workspace
 
     ws = Workspace(directory) if (directory / CONFIG_NAME).is_file() else init_workspace(directory)
+    _override_loop_config(ws, iterations=iterations)
     result = _run_loop(ws, iterations, None, None, None, as_json)
     _print_run(result, as_json)
+    if result.stop_reason == "interrupted":
+        raise typer.Exit(130)
     if not as_json:
         _print_ledger(ws, "text", all_features=False)
         console.print(f"workspace: {ws.root} (cd there and try `researcher log`, `researcher diff v1 {result.best}`, "
                       f"`researcher report`, `researcher serve`)", highlight=False)
 
 
-def _print_ledger(ws: Any, fmt: str, all_features: bool) -> None:
-    from researcher.ledger import feature_table, format_cell, metric_table, render_table
-
+def _comparable_records(ws: Any) -> list[Any]:
+    """Versions measured in the latest eval context (dataset, split, KG): only those compare."""
     records = ws.ledger.versions()
     if not records:
-        console.print("ledger is empty: run `researcher loop`")
-        return
-    # Scores are only comparable within one eval context (dataset, split, KG): show the latest one.
+        return []
     latest = records[-1].eval_context
     others = [r for r in records if not r.eval_context.comparable(latest)]
-    records = [r for r in records if r.eval_context.comparable(latest)]
     if others:
         err_console.print(f"{len(others)} versions measured on another dataset/split/KG are not shown")
-    from researcher.ledger import DEFAULT_METRICS
+    return [r for r in records if r.eval_context.comparable(latest)]
 
+
+def _print_ledger(ws: Any, fmt: str, all_features: bool, which: str = "both") -> None:
+    from researcher.ledger import DEFAULT_METRICS, feature_table, format_cell, metric_table, render_table
+
+    records = _comparable_records(ws)
     metrics = list(DEFAULT_METRICS)
     if any(r.repeats for r in records):  # --repeats k: mean and 95% CI of set_F per version
         metrics += ["repeats.n", "repeats.mean", "repeats.ci95"]
-    tables = [("Features x versions", feature_table(records, all_features=all_features)),
-              ("Metrics x versions (validation)", metric_table(records, metrics))]
+    tables = []
+    if which in ("both", "features"):
+        tables.append(("features", "Features x versions", feature_table(records, all_features=all_features)))
+    if which in ("both", "metrics"):
+        tables.append(("metrics", "Metrics x versions (validation)", metric_table(records, metrics)))
+    if fmt == "json":  # one document, so `json.load` reads it
+        sys.stdout.write(json.dumps({key: json.loads(render_table(table, "json")) for key, _, table in tables},
+                                    indent=2, ensure_ascii=False) + "\n")
+        return
+    if not records:
+        console.print("ledger is empty: run `researcher loop`")
+        return
     if fmt == "text":
-        for title, table in tables:
+        for _, title, table in tables:
             t = Table(title=title)
             for i, col in enumerate(table.header):
                 t.add_column(str(col), no_wrap=i == 0)
@@ -325,7 +367,7 @@ def _print_ledger(ws: Any, fmt: str, all_features: bool) -> None:
                 t.add_row(*(format_cell(c) for c in row))
             console.print(t)
         return
-    for title, table in tables:
+    for _, title, table in tables:
         if fmt == "md":
             sys.stdout.write(f"### {title}\n\n")
         sys.stdout.write(render_table(table, fmt) + "\n")
@@ -335,12 +377,17 @@ def _print_ledger(ws: Any, fmt: str, all_features: bool) -> None:
 @handle_errors
 def ledger(
     fmt: str = typer.Option("text", "--format", help="text | md | csv | json"),
+    which: str = typer.Option("both", "--table", help="both | features | metrics (csv holds one table)"),
     all_features: bool = typer.Option(False, "--all-features", help="Also show features that never changed."),
 ) -> None:
     """Print the features x versions and metrics x versions tables."""
     if fmt not in ("text", "md", "csv", "json"):
         raise CLIError(f"unknown format {fmt!r} (text, md, csv or json)")
-    _print_ledger(_workspace(), fmt, all_features)
+    if which not in ("both", "features", "metrics"):
+        raise CLIError(f"unknown table {which!r} (both, features or metrics)")
+    if fmt == "csv" and which == "both":
+        raise CLIError("a CSV file holds one table: pass --table features or --table metrics")
+    _print_ledger(_workspace(), fmt, all_features, which)
 
 
 @app.command()
@@ -348,12 +395,13 @@ def ledger(
 def log(as_json: bool = typer.Option(False, "--json")) -> None:
     """Lineage: which version came from which, and whether it was accepted."""
     ws = _workspace()
-    records = {r.version: r for r in ws.ledger.versions()}
+    statuses = {r.version: r for r in ws.ledger.versions()}
+    records = {r.version: r for r in _comparable_records(ws)}
     best, deployed = ws.versions.marked("best"), ws.versions.marked("deployed")
     rows = []
     for v in ws.versions.versions():
-        r = records.get(v.name)
-        rows.append({"version": v.name, "parent": v.parent, "status": r.status if r else "unrecorded",
+        r, any_r = records.get(v.name), statuses.get(v.name)
+        rows.append({"version": v.name, "parent": v.parent, "status": any_r.status if any_r else "unrecorded",
                      "set_F": ((r.scores.get("overall") or {}).get("set_F") if r else None),
                      "feature": v.feature, "summary": v.summary, "commit": v.commit[:10],
                      "marks": [m for m, n in (("best", best), ("deployed", deployed)) if n == v.name]})
@@ -383,7 +431,7 @@ def show(version: str = typer.Argument(...), as_json: bool = typer.Option(False,
     """A version: spec files, scores, rationale, parent."""
     ws = _workspace()
     v = ws.versions.get(version)
-    rec = next((r for r in ws.ledger.versions() if r.version == version), None)
+    rec = next((r for r in reversed(ws.ledger.versions()) if r.version == version), None)
     files = ws.versions.files(version)
     if as_json:
         sys.stdout.write(json.dumps({"version": v.name, "parent": v.parent, "commit": v.commit, "summary": v.summary,
@@ -469,6 +517,8 @@ def eval_command(
 
     if split not in ("train", "validation", "test"):
         raise CLIError(f"unknown split {split!r} (train, validation or test)")
+    if out is not None:
+        _check_out_dir(out)
     data, spec, label, commit, traces_root = _load_context(spec_dir, version, questions, kg, endpoint, gold)
     qs = data.split(split)
     if not qs:
@@ -487,6 +537,9 @@ def eval_command(
                                 progress=lambda q, a: progress.advance(task))
     report.summary["context"] = {**data.context(split), "version": label, "spec_commit": commit}
     write_results(report, out_dir)
+    from researcher.loop import check_worker_health
+
+    check_worker_health(report, f"{label} on {split} (results in {out_dir})")
     if as_json:
         sys.stdout.write(json.dumps(report.summary, indent=2, ensure_ascii=False) + "\n")
         return
@@ -509,6 +562,9 @@ def ask(
     """Answer one question: print the query, its answers and a short trace summary."""
     from worker_agent.agent import WorkerAgent
 
+    if not question.strip():
+        raise CLIError("the question is empty")
+
     data, spec, label, commit, traces_root = _load_context(spec_dir, version, questions, kg, endpoint, None)
     agent = WorkerAgent(spec, data.kg, _examples(data), traces_dir=traces_root / f"ask-{label}",
                         spec_version=label, spec_commit=commit, dataset=data.dataset_info(),
@@ -521,8 +577,11 @@ def ask(
     if as_json:
         sys.stdout.write(json.dumps({"question": question, "query": a.query, "status": a.status, "detail": a.detail,
                                      "answers": preview, "trace": str(a.trace_path)}, indent=2, default=str) + "\n")
+        if a.status in ("llm_error", "tool_error"):
+            raise typer.Exit(1)
         return
-    console.print(f"[bold]status:[/] {a.status}  ({a.time_s:.2f}s, {label})", highlight=False)
+    console.print(f"[bold]status:[/] {a.status}  ({a.time_s:.2f}s, {label})"
+                  + (f"  {a.detail}" if a.detail and a.status != "answered" else ""), highlight=False)
     console.print(a.query or "(no query)", markup=False, highlight=False)
     if preview:
         if preview.get("error"):
@@ -537,6 +596,8 @@ def ask(
                 t.add_row(*(str(c) for c in row))
             console.print(t)
     console.print(f"trace: {a.trace_path}", highlight=False)
+    if a.status in ("llm_error", "tool_error"):  # the worker broke, not merely failed to answer
+        raise typer.Exit(1)
 
 
 
@@ -577,6 +638,8 @@ def serve(
     """Serve a version as a TEXT2SPARQL-conformant HTTP API (GET / and /text2sparql)."""
     from researcher.serve import run_server
 
+    if not 0 < port < 65536:
+        raise CLIError(f"--port {port}: not a TCP port (1-65535)")
     ws = _workspace()
     if version == "deployed" and not ws.versions.marked("deployed"):
         raise CLIError("no deployed version: run `researcher deploy vN` or pass --version best")
@@ -590,7 +653,9 @@ def report(out: Path = typer.Option(Path("report"), "--out", help="Output direct
     from researcher.report import write_report
 
     ws = _workspace()
-    path = write_report(ws, out if out.is_absolute() else ws.root / out)
+    target = out if out.is_absolute() else ws.root / out
+    _check_out_dir(target)
+    path = write_report(ws, target)
     console.print(f"report: {path}", highlight=False)
 
 

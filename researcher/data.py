@@ -23,7 +23,7 @@ from researcher.datasets import (
     save_splits,
     split_hash,
 )
-from researcher.evaluate import Gold, resolve_gold
+from researcher.evaluate import Gold, check_gold_covers, resolve_gold
 from worker_agent.kg import KnowledgeGraph, open_kg
 
 
@@ -89,5 +89,7 @@ def load_data(
         if splits is not None:
             save_splits(sp, splits)
     official = load_gold_answers(gold) if gold else None
+    if official is not None:
+        check_gold_covers(qs.questions, official, gold)
     order = load_order_required(questions) | (load_order_required(gold) if gold else set())
     return Data(qs, graph, sp, official, order)

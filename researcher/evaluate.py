@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from researcher import metrics
-from researcher.datasets import Question
+from researcher.datasets import DatasetError, Question
 from worker_agent.kg import (
     KGError,
     KnowledgeGraph,
@@ -115,6 +115,15 @@ def execute(kg: KnowledgeGraph, sparql: str, *, timeout: float | None = None) ->
     return Execution(metrics.answer_set(result), None, None, len(result.rows))
 
 
+def check_gold_covers(questions: Sequence[Question], official: Mapping[str, Any], path: Any) -> None:
+    """An official answer file that names none of the questions is a mix-up, not missing gold."""
+    uids = {q.uid for q in questions}
+    if uids and not uids & set(official):
+        example = next((k for k in official if k != "order_required"), None)
+        raise DatasetError(f"{path}: answer sets name none of the questions (it has {example!r}, "
+                           f"the questions are like {next(iter(sorted(uids)))!r}): wrong gold file?")
+
+
 def resolve_gold(
     questions: Sequence[Question],
     kg: KnowledgeGraph | None,
@@ -165,6 +174,12 @@ def _schema_items(sparql: str) -> list[str]:
         return []
 
 
+def _zero_components(gold_sparql: str) -> dict[str, float | None]:
+    """0.0 per family, None where the gold query itself cannot be parsed (as component_scores)."""
+    reference = metrics.component_scores(gold_sparql, gold_sparql)
+    return {fam: (None if value is None else 0.0) for fam, value in reference.items()}
+
+
 def score_one(
     q: Question,
     predicted: str | None,
@@ -180,13 +195,15 @@ def score_one(
     )
     if gold.answers is not None:
         res.gold_answers = sorted(gold.answers)[:50]
-    if predicted:
-        if q.sparql:
-            res.exact_match = metrics.exact_match(predicted, q.sparql)
-            res.components = metrics.component_scores(predicted, q.sparql)
-        gold_schema = list(q.classes) + list(q.properties)
-        if gold_schema:
-            res.schema_hit = metrics.schema_hit_at_k(_schema_items(predicted), gold_schema, SCHEMA_K)
+    # No prediction scores 0 on every structural measure (not "unknown"): otherwise a version that
+    # gives up on hard questions would look better than one that tries.
+    if q.sparql:
+        res.exact_match = bool(predicted) and metrics.exact_match(predicted, q.sparql)
+        res.components = (metrics.component_scores(predicted, q.sparql) if predicted
+                          else _zero_components(q.sparql))
+    gold_schema = list(q.classes) + list(q.properties)
+    if gold_schema:
+        res.schema_hit = metrics.schema_hit_at_k(_schema_items(predicted) if predicted else [], gold_schema, SCHEMA_K)
     run = execute(kg, predicted, timeout=timeout) if predicted else Execution({}, None, None)
     if run.answers is not None:
         res.predicted_answers = sorted(run.answers)[:50]

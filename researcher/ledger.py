@@ -16,11 +16,13 @@ Earlier lines are never rewritten. The module takes no lock: the loop holds the 
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import os
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -271,7 +273,24 @@ class Ledger:
         self.path = Path(path)
         self.warning: str | None = None
         self.corrupt_path: Path | None = None
-        self._inspect_tail(recover=recover)
+        if recover:
+            with self._write_lock():
+                self._inspect_tail(recover=True)
+        else:
+            self._inspect_tail(recover=False)
+
+    @contextmanager
+    def _write_lock(self) -> Iterator[None]:
+        """Serialize appends (and tail recovery) across processes: a loop and a `deploy` may both
+        write, and neither may ever see the other's line half-written."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -285,20 +304,20 @@ class Ledger:
         except ValidationError as exc:
             raise LedgerError(f"{self.path}: refusing to append invalid record: {_one_line_error(exc)}") from exc
         data = (record.model_dump_json() + "\n").encode("utf-8")
-        self._inspect_tail(recover=True)
-        created = not self.path.exists()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            view = memoryview(data)
-            while view:  # one write in practice; loop only guards against short writes
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            _fsync_dir(self.path.parent)
+        with self._write_lock():
+            self._inspect_tail(recover=True)
+            created = not self.path.exists()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                view = memoryview(data)
+                while view:  # one write in practice; loop only guards against short writes
+                    written = os.write(fd, view)
+                    view = view[written:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if created:
+                _fsync_dir(self.path.parent)
 
     def append_event(
         self, event: str, version: str | None = None, data: dict[str, JsonValue] | None = None

@@ -19,7 +19,7 @@ from typing import Any
 
 from researcher.analysis import build_analysis, load_results
 from researcher.evaluate import AgentAnswer, EvalReport, evaluate_agent
-from researcher.propose import Proposal, ProposalError, Proposer, make_proposer
+from researcher.propose import Proposal, ProposalError, Proposer, SearchExhausted, make_proposer
 from worker_agent.strategies import Example
 
 Event = Callable[..., None]
@@ -31,6 +31,23 @@ def _now() -> str:
 
 class GateError(Exception):
     """A candidate failed a gate before evaluation (recorded as invalid with this reason)."""
+
+
+class WorkerUnavailable(Exception):
+    """The worker's model (or KG) failed on most questions: an outage, not a property of the spec.
+    Nothing is recorded, so the outage never enters the research record."""
+
+
+#: Fraction of questions ending in ``llm_error`` above which an evaluation counts as an outage.
+OUTAGE_SHARE = 0.5
+
+
+def check_worker_health(report: EvalReport, label: str) -> None:
+    failed = [r for r in report.results if r.status == "llm_error"]
+    if report.results and len(failed) / len(report.results) >= OUTAGE_SHARE:
+        detail = next((r.error for r in failed if r.error), None) or "see the traces"
+        raise WorkerUnavailable(f"{label}: the worker's model failed on {len(failed)} of "
+                                f"{len(report.results)} questions ({detail}); nothing was recorded")
 
 
 # --------------------------------------------------------------------------- acceptance
@@ -151,7 +168,11 @@ class Researcher:
         self.on_event = on_event or (lambda kind, **data: None)
         self.data = ws.data
         self.store = ws.versions
-        self.ledger = ws.ledger
+        from researcher.ledger import Ledger
+
+        # the loop holds the workspace lock: it alone may set aside an interrupted append
+        self.ledger = Ledger(ws.ledger_path, recover=True)
+        self.spent = 0.0  # USD spent by this run: worker evaluations and proposals, valid or not
 
     def _make_proposer(self) -> Proposer:
         cache = None
@@ -167,7 +188,8 @@ class Researcher:
         return [Example(q.uid, q.text, q.sparql, q.lang, tuple(q.features))
                 for q in self.data.split("train") if q.sparql]
 
-    def agent(self, name: str, files: Mapping[str, str] | None = None, traces: Path | None = None) -> Any:
+    def agent(self, name: str, files: Mapping[str, str] | None = None, traces: Path | None = None,
+              *, use_cache: bool = True) -> Any:
         from worker_agent.agent import WorkerAgent
         from worker_agent.spec import AgentSpec
 
@@ -175,7 +197,8 @@ class Researcher:
         commit = self.store.get(name).commit if files is None else None
         return WorkerAgent(spec, self.data.kg, self.examples(), model=self.worker_model,
                            traces_dir=traces, spec_version=name, spec_commit=commit,
-                           dataset=self.data.dataset_info(), cache_path=self.ws.cache_path)
+                           dataset=self.data.dataset_info(),
+                           cache_path=self.ws.cache_path if use_cache else None, use_cache=use_cache)
 
     def evaluate(self, name: str, split: str, *, repeats: int = 1,
                  files: Mapping[str, str] | None = None) -> tuple[EvalReport, list[float]]:
@@ -184,7 +207,8 @@ class Researcher:
         runs: list[EvalReport] = []
         for r in range(repeats):
             out_dir = self.ws.traces_dir / (f"{name}-{split}" + (f"-r{r + 1}" if repeats > 1 else ""))
-            agent = self.agent(name, files, out_dir)
+            # repeats measure a model's variance: only the first may be served from the cache
+            agent = self.agent(name, files, out_dir, use_cache=r == 0)
             done = {"n": 0}
 
             def progress(q: Any, a: AgentAnswer, total: int = len(questions)) -> None:
@@ -202,6 +226,8 @@ class Researcher:
             from researcher.cli import write_results
 
             write_results(report, out_dir)
+            self.spent += float(report.summary["cost_usd"])
+            check_worker_health(report, f"{name} on {split}")
             runs.append(report)
         set_fs = [float(r.summary["overall"]["set_F"] or 0.0) for r in runs]
         return runs[0] if len(runs) == 1 else _average_reports(runs), set_fs
@@ -285,13 +311,27 @@ class Researcher:
         self.store.repair()
         known = {r.version for r in self.ledger.versions()}
         done = []
+        from worker_agent.spec import validate_spec_files
+
         for v in self.store.versions():
             if v.name in known or v.name == "v1":
                 continue
             self.on_event("reconcile", version=v.name)
-            self._evaluate_and_decide(v.name, proposal=None, start=time.perf_counter())
+            try:
+                validate_spec_files(self.store.files(v.name))
+            except Exception as exc:  # committed by hand or by an older run: record, don't block
+                self._record(v.name, status="invalid", reason=f"spec does not validate: {exc}", report=None,
+                             repeats=[], proposal=None, wall_s=0.0)
+            else:
+                self._evaluate_and_decide(v.name, proposal=None, start=time.perf_counter())
             done.append(v.name)
         return done
+
+    def _sync_best_mark(self) -> None:
+        """The ledger is the record; the git ref follows it (a crash may fall between the two)."""
+        best = self.best()
+        if best is not None and self.store.marked("best") != best.version:
+            self.store.mark(best.version, "best")
 
     def tried_from(self, parent: str) -> list[str]:
         tried = [r.feature_label for r in self.ledger.versions() if r.parent == parent and r.feature_label]
@@ -321,9 +361,13 @@ class Researcher:
             for r in self.ledger.versions()
         ]
         sealed = {q.uid for q in self.data.split("test")}
-        return build_analysis(version=parent.version, results=results, summary=summary, sealed_uids=sealed,
+        invalid = [e.data.get("reason") for e in self.ledger.events("invalid_proposal")
+                   if e.version == parent.version]
+        analysis = build_analysis(version=parent.version, results=results, summary=summary, sealed_uids=sealed,
                               previous_outcomes=grand.outcomes if grand else None, history=history,
                               trace_dir=trace_dir, samples=self.cfg.failure_samples)
+        analysis["invalid_attempts"] = [str(r) for r in invalid if r][-10:]
+        return analysis
 
     def gate(self, parent: str, proposal: Proposal) -> dict[str, str]:
         from worker_agent.spec import validate_spec_files
@@ -344,7 +388,11 @@ class Researcher:
             agent = self.agent(parent, files, None)
             for q in smoke:
                 a = agent.ask(q.text, uid=q.uid, lang=q.lang)
-                if a.status in ("tool_error", "llm_error"):
+                self.spent += a.cost_usd
+                if a.status == "llm_error":  # the provider, not the candidate, failed
+                    raise WorkerUnavailable(f"smoke run of a candidate from {parent}: the worker's model "
+                                            f"failed ({a.detail}); nothing was recorded")
+                if a.status == "tool_error":
                     raise GateError(f"smoke run failed on {q.uid}: {a.status}: {a.detail}")
         return files
 
@@ -379,8 +427,19 @@ class Researcher:
         start = time.perf_counter()
         parent = self.pick_parent()
         analysis = self.analysis_for(parent)
-        proposal = self.proposer.propose(self.store.files(parent.version), analysis,
-                                         self.tried_from(parent.version))
+        try:
+            proposal = self.proposer.propose(self.store.files(parent.version), analysis,
+                                             self.tried_from(parent.version))
+        except SearchExhausted:
+            raise
+        except ProposalError as exc:  # garbage from a researcher model: recorded, the loop goes on
+            cost = float(getattr(exc, "cost_usd", 0.0))
+            self.spent += cost
+            self.ledger.append_event("invalid_proposal", parent.version, {
+                "reason": f"unusable proposal: {exc}", "proposer": self.proposer.name, "cost_usd": cost})
+            self.on_event("invalid", parent=parent.version, reason=str(exc))
+            return "invalid", str(exc)
+        self.spent += proposal.cost_usd
         self.on_event("proposal", parent=parent.version, summary=proposal.summary, feature=proposal.feature_label)
         try:
             files = self.gate(parent.version, proposal)
@@ -424,12 +483,13 @@ class Researcher:
             raise VersionStoreError(f"{self.store.root}: {problems[0]}")
         self.ledger.append_event("run_started", None, {"iterations": iterations, "proposer": self.proposer.name})
         try:
-            baseline = self.ensure_baseline()
+            self.ensure_baseline()
             self.reconcile()
+            self._sync_best_mark()
             out.baseline_validation = (self.ledger.get("v1").scores.get("overall") or {}).get("set_F")
             stale = 0
             while out.iterations < iterations:
-                if budget_usd is not None and out.cost_usd >= budget_usd:
+                if budget_usd is not None and self.spent >= budget_usd:
                     out.stop_reason = "budget"
                     break
                 if max_hours is not None and time.perf_counter() - t0 >= max_hours * 3600:
@@ -440,7 +500,7 @@ class Researcher:
                     break
                 try:
                     kind, rec = self.iteration()
-                except ProposalError as exc:
+                except SearchExhausted as exc:
                     out.stop_reason = f"proposer: {exc}"
                     break
                 out.iterations += 1
@@ -453,9 +513,6 @@ class Researcher:
                         out.rejected.append(rec.version)
                     else:
                         out.invalid += 1
-                if kind != "invalid":
-                    out.cost_usd += rec.cost_usd
-            del baseline
         except KeyboardInterrupt:
             out.stop_reason = "interrupted"
         best = self.best()
@@ -464,10 +521,12 @@ class Researcher:
         if final_test and best is not None and out.stop_reason != "interrupted" and self.data.split("test"):
             self.on_event("evaluate", version=best.version, split="test")
             out.test = self.final_test()
+        out.cost_usd = round(self.spent, 6)
         out.wall_s = round(time.perf_counter() - t0, 2)
-        self.ledger.append_event("run_finished", out.best, {
+        self.ledger.append_event("run_interrupted" if out.stop_reason == "interrupted" else "run_finished",
+                                 out.best, {
             "iterations": out.iterations, "stop_reason": out.stop_reason, "accepted": out.accepted,
-            "rejected": out.rejected, "invalid": out.invalid, "wall_s": out.wall_s})
+            "rejected": out.rejected, "invalid": out.invalid, "wall_s": out.wall_s, "cost_usd": out.cost_usd})
         return out
 
 

@@ -31,6 +31,10 @@ class ProposalError(Exception):
     """A proposer could not produce a usable proposal (one line)."""
 
 
+class SearchExhausted(ProposalError):
+    """Nothing is left to propose from this parent: the loop stops instead of retrying."""
+
+
 @dataclass
 class Proposal:
     summary: str
@@ -252,7 +256,7 @@ class OfflineSearchProposer:
             penalty = 0.3 if edit.key in rejected_elsewhere else 1.0
             ranked.append((edit.score(signals) * penalty + rng.random() * 1e-3, edit))
         if not ranked:
-            raise ProposalError(f"offline search exhausted: every edit from {analysis.get('version')} was tried")
+            raise SearchExhausted(f"offline search exhausted: every edit from {analysis.get('version')} was tried")
         ranked.sort(key=lambda x: -x[0])
         score, edit = ranked[0]
         new_files = edit.apply(files)
@@ -311,9 +315,14 @@ class LLMProposer:
             analysis=analysis,
             analysis_json=json.dumps({k: v for k, v in analysis.items() if k != "failures"}, indent=1, default=str),
             tried=list(tried),
+            invalid=list(analysis.get("invalid_attempts") or []),
         )
         completion = self.model.complete([Message(role="user", content=prompt)])
-        summary, feature, rationale, diff = parse_llm_proposal(completion.message.content or "")
+        try:
+            summary, feature, rationale, diff = parse_llm_proposal(completion.message.content or "")
+        except ProposalError as exc:  # the reply was paid for: the loop records it as invalid
+            exc.cost_usd = completion.cost_usd  # type: ignore[attr-defined]
+            raise
         return Proposal(summary=summary, rationale=rationale, feature_label=feature, diff=diff,
                         proposer=f"{self.name}:{self.model.name}", edit_key=feature,
                         cost_usd=completion.cost_usd,

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
@@ -136,9 +138,11 @@ class Workspace:
 
     @cached_property
     def ledger(self) -> Any:
+        """The ledger for reading and for occasional appends (deploy). Opening it never rewrites
+        the file: only the loop, holding the workspace lock, recovers an interrupted append."""
         from researcher.ledger import Ledger
 
-        return Ledger(self.ledger_path)
+        return Ledger(self.ledger_path, recover=False)
 
     @cached_property
     def data(self) -> Any:
@@ -196,11 +200,9 @@ def init_workspace(
     seed: int = 0,
 ) -> Workspace:
     """Create a workspace; without data options it uses the bundled demo dataset."""
-    from researcher.versions import VersionStore
-    from worker_agent.spec import AgentSpec, seed_spec_path
-    from worker_agent.trace import atomic_write_text
-
     root = root.resolve()
+    if root.exists() and not root.is_dir():
+        raise WorkspaceError(f"{root}: exists and is not a directory")
     if (root / CONFIG_NAME).exists():
         raise WorkspaceError(f"{root}: already a workspace")
     if root.exists() and any(root.iterdir()):
@@ -217,21 +219,40 @@ def init_workspace(
         gold=str(Path(gold).resolve()) if gold else None,
     )
     config = WorkspaceConfig(dataset=dataset, split_seed=seed)
-    root.mkdir(parents=True, exist_ok=True)
+    # Build in a sibling folder and rename it into place: a failed init (bad data, unreachable
+    # endpoint) leaves nothing behind, so the same command can simply be run again.
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.init-", dir=root.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it private; a workspace is an ordinary folder
+    try:
+        _populate(staging, config, splits, demo)
+        _ = Workspace(staging).data  # creates the split file when none was given; checks the data loads
+        if root.exists():
+            root.rmdir()  # empty (checked above)
+        os.rename(staging, root)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Workspace(root)
+
+
+def _populate(root: Path, config: WorkspaceConfig, splits: str | None, demo: bool) -> None:
+    from researcher.versions import VersionStore
+    from worker_agent.spec import AgentSpec, seed_spec_path
+    from worker_agent.trace import atomic_write_text
+
     (root / "traces").mkdir()
     split_source = Path(splits) if splits else (PKG_DATA / "demo" / "splits.yml" if demo else None)
     if split_source is not None:
         if not split_source.is_file():
             raise WorkspaceError(f"{split_source}: split file not found")
         atomic_write_text(root / config.splits, split_source.read_text(encoding="utf-8"))
-    seed_spec = AgentSpec.load(seed_spec_path())
-    VersionStore.init(root / "versions", seed_spec.files())
+    VersionStore.init(root / "versions", AgentSpec.load(seed_spec_path()).files())
     atomic_write_text(root / ".gitignore", ".lock\n.store/\n.cache/\ntraces/\n")
     atomic_write_text(
         root / CONFIG_NAME,
         "# researcher workspace configuration (fields documented in researcher/workspace.py)\n"
         + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True),
     )
-    ws = Workspace(root)
-    _ = ws.data  # creates the split file when none was given, and checks the data loads
-    return ws

@@ -81,3 +81,33 @@ def test_bad_invocations(tmp_path, monkeypatch, args, needle):
     result = runner.invoke(app, args)
     assert result.exit_code == 1, result.output
     assert needle in result.output and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(not CK25.is_dir(), reason="shared CK25 data not present")
+def test_failed_init_leaves_nothing_behind(tmp_path):
+    target = tmp_path / "ws"
+    result = runner.invoke(app, ["init", str(target), "--questions", str(CK25 / "questions.yml"),
+                                 "--endpoint", "http://127.0.0.1:9/sparql"])
+    assert result.exit_code == 1 and "127.0.0.1:9" in result.output
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+    bad_gold = runner.invoke(app, ["init", str(target), "--questions", str(CK25 / "questions.yml"),
+                                   "--kg", str(CK25 / "prod-vocab.ttl"), "--gold",
+                                   str(CK25.parent / "db25" / "true_result_set.json")])
+    assert bad_gold.exit_code == 1 and "wrong gold file" in bad_gold.output
+    assert list(tmp_path.iterdir()) == []
+    ok = runner.invoke(app, ["init", str(target), "--questions", str(CK25 / "questions.yml"),
+                             "--kg", str(CK25 / "prod-vocab.ttl"), "--kg", str(CK25 / "prod-inst.ttl")])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_ask_rejects_an_empty_question(tmp_path):
+    result = runner.invoke(app, ["ask", "  ", "--questions", str(DEMO / "questions.yml"), "--kg", str(DEMO / "kg.ttl")])
+    assert result.exit_code == 1 and "empty" in result.output
+
+
+def test_output_path_that_is_a_file(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = runner.invoke(app, ["eval", "--questions", str(DEMO / "questions.yml"), "--kg", str(DEMO / "kg.ttl"),
+                                 "--out", str(blocker)])
+    assert result.exit_code == 1 and "not a directory" in result.output

@@ -180,11 +180,15 @@ def test_cli_outside_a_workspace(tmp_path, monkeypatch):
 def test_cli_review_commands(ws, monkeypatch):
     monkeypatch.chdir(ws.root)
     Researcher(ws).run(iterations=2, final_test=False)
-    for args in (["log"], ["ledger"], ["ledger", "--format", "csv"], ["ledger", "--format", "json"],
+    for args in (["log"], ["ledger"], ["ledger", "--format", "csv", "--table", "metrics"],
+                 ["ledger", "--format", "json"],
                  ["show", "v2"], ["diff", "v1", "v2"]):
         result = runner.invoke(app, args)
         assert result.exit_code == 0, (args, result.output)
     assert "+++ b/" in runner.invoke(app, ["diff", "v1", "v2"]).output
+    tables = json.loads(runner.invoke(app, ["ledger", "--format", "json"]).output)
+    assert set(tables) == {"features", "metrics"}
+    assert runner.invoke(app, ["ledger", "--format", "csv"]).exit_code == 1  # one table per CSV
     assert runner.invoke(app, ["show", "v99"]).exit_code == 1
 
 
@@ -249,5 +253,94 @@ def test_repeats_give_mean_and_interval_per_version(ws, monkeypatch):
     assert result.exit_code == 0, result.output
     records = find_workspace(ws.root).ledger.versions()
     assert all(len(r.repeats) == 2 for r in records)
-    table = runner.invoke(app, ["ledger", "--format", "csv"]).output
+    table = runner.invoke(app, ["ledger", "--format", "csv", "--table", "metrics"]).output
     assert "repeats.mean" in table and "repeats.ci95" in table
+
+
+def _openai_text_reply(text: str) -> dict:
+    return {"id": "chatcmpl-x", "object": "chat.completion", "created": 1730000000, "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                         "message": {"role": "assistant", "content": text, "refusal": None}}],
+            "usage": {"prompt_tokens": 100000, "completion_tokens": 1000, "total_tokens": 101000}}
+
+
+def test_garbage_from_the_llm_researcher_is_recorded_and_paid_for(ws, monkeypatch, respx_using):
+    import httpx
+    import respx
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+    ws.config.loop.proposer = "llm"
+    ws.config.loop.proposer_model = {"provider": "openai", "name": "gpt-4o-mini", "max_retries": 0}
+    with respx.mock(using=respx_using, assert_all_called=False) as router:
+        route = router.post("https://api.openai.com/v1/chat/completions").mock(
+            return_value=httpx.Response(200, json=_openai_text_reply("I would enable a rule, I think.")))
+        summary = Researcher(ws).run(iterations=5, budget_usd=0.04, patience=10, final_test=False)
+    invalid = ws.ledger.events("invalid_proposal")
+    assert invalid and "SUMMARY" in invalid[0].data["reason"]
+    # every attempt told the model why the previous one failed: no cached garbage replayed forever
+    prompts = [json.loads(c.request.content)["messages"][0]["content"] for c in route.calls]
+    assert len(set(prompts)) == len(prompts)
+    assert "failed before evaluation" in prompts[-1]
+    # 100k input tokens at $0.15/M = $0.015 per reply: the $0.04 budget stops the run at 3 replies
+    assert summary.stop_reason == "budget" and route.call_count == 3
+    assert summary.cost_usd >= 0.04
+
+
+def test_worker_model_outage_records_nothing(ws, monkeypatch):
+    files = ws.versions.files("v1")
+    files["agent.yaml"] = files["agent.yaml"].replace("strategy: offline ", "strategy: llm_agent")
+    files["agent.yaml"] = files["agent.yaml"].replace("  name: gpt-4o-mini", "  name: gpt-4o-mini\n  base_url: http://127.0.0.1:9/v1\n  max_retries: 0\n  api_key: null")
+    ws2 = init_workspace(ws.root.parent / "ws-llm")
+    # make v1 itself an LLM worker whose server is down
+    import shutil
+
+    shutil.rmtree(ws2.versions_dir)
+    from researcher.versions import VersionStore
+
+    VersionStore.init(ws2.versions_dir, files)
+    monkeypatch.chdir(ws2.root)
+    result = runner.invoke(app, ["loop", "-n", "2"])
+    assert result.exit_code == 1 and "worker's model failed" in result.output
+    assert find_workspace(ws2.root).ledger.versions() == []
+
+
+def test_hand_committed_invalid_version_is_recorded_not_blocking(ws):
+    Researcher(ws).ensure_baseline()
+    seed = ws.versions.files("v1")
+    ws.versions.create({**seed, "agent.yaml": seed["agent.yaml"].replace("few_shot: 1", 'few_shot: "lots"')},
+                       parent="v1", summary="by hand", rationale="r", feature="manual")
+    summary = Researcher(ws).run(iterations=1, final_test=False)
+    rec = ws.ledger.get("v2")
+    assert rec.status == "invalid" and "few_shot" in rec.reason
+    assert summary.iterations == 1
+
+
+def test_best_mark_follows_the_ledger(ws):
+    Researcher(ws).run(iterations=3, final_test=False)
+    best = Researcher(ws).best().version
+    ws.versions.unmark("best")
+    Researcher(ws).run(iterations=0, final_test=False)
+    assert ws.versions.marked("best") == best
+
+
+@pytest.mark.parametrize("args", [["--repeats", "0"], ["-n", "-3"], ["--budget-usd", "-1"], ["--max-hours", "0"]])
+def test_loop_options_are_validated(ws, monkeypatch, args):
+    monkeypatch.chdir(ws.root)
+    result = runner.invoke(app, ["loop", *args])
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert ws.ledger.versions() == [] and [v.name for v in ws.versions.versions()] == ["v1"]
+
+
+def test_ctrl_c_stops_cleanly_with_status_130(tmp_path):
+    ws = init_workspace(tmp_path / "ws")
+    proc = subprocess.Popen([sys.executable, "-m", "researcher", "loop", "-n", "40", "--patience", "40"],
+                            cwd=ws.root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(ws.versions.__class__(ws.versions_dir).versions()) < 3:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130
+    fresh = find_workspace(ws.root)
+    assert fresh.ledger.events("run_interrupted")
+    assert [r.version for r in fresh.ledger.versions()] == [v.name for v in fresh.versions.versions()] or \
+        len(fresh.versions.versions()) == len(fresh.ledger.versions()) + 1  # at most one awaits reconcile

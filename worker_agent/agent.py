@@ -72,12 +72,14 @@ class WorkerAgent:
         tools: Tools | None = None,
         dataset: dict[str, Any] | None = None,
         cache_path: Path | None = None,
+        use_cache: bool = True,
     ) -> None:
         self.spec = spec
         self.kg = kg
         self.examples = list(examples)
         self.tools = tools or build_tools(spec, kg)
-        self.strategy = make_strategy(spec, self.tools, self.examples, model, dataset, cache_path)
+        self.strategy = make_strategy(spec, self.tools, self.examples, model, dataset, cache_path,
+                                      use_cache)
         self.traces_dir = traces_dir
         self.spec_version = spec_version
         self.spec_commit = spec_commit

@@ -43,11 +43,12 @@ class Strategy(Protocol):
 
 def make_strategy(spec: "AgentSpec", tools: "Tools", examples: list[Example],
                   model: "Model | None" = None, dataset: dict[str, Any] | None = None,
-                  cache_path: Path | None = None) -> Strategy:
+                  cache_path: Path | None = None, use_cache: bool = True) -> Strategy:
     """``dataset`` (optional): ``dataset_name`` and ``default_namespace`` shown to an LLM.
 
     ``cache_path``: the persistent LLM response cache (default: ``llm.default_cache_path()``), so
-    an unchanged request is never paid twice.
+    an unchanged request is never paid twice. ``use_cache=False``: every call goes to the model
+    (repeated evaluations that measure a model's variance).
     """
     name = spec.config.strategy
     if name == "offline":
@@ -60,7 +61,7 @@ def make_strategy(spec: "AgentSpec", tools: "Tools", examples: list[Example],
         if model is None:
             from worker_agent.llm import ModelConfig, ResponseCache, default_cache_path, make_model
 
-            path = cache_path or default_cache_path()
+            path = (cache_path or default_cache_path()) if use_cache else None
             model = make_model(ModelConfig.model_validate(spec.config.model or {}),
                                cache=ResponseCache(path) if path else None)
         return LLMAgentStrategy(spec, tools, examples, model, **(dataset or {}))
