@@ -164,7 +164,8 @@ def score(
     official = load_gold_answers(gold) if gold else None
     if official is not None:
         check_gold_covers(qs.questions, official, gold)
-    order = load_order_required(questions) | (load_order_required(gold) if gold else set())
+    # as the official client: with an official answer file, nDCG only where it lists order_required
+    order = load_order_required(gold) if gold else load_order_required(questions)
     gold_sets = resolve_gold(qs.questions, graph, official, order, timeout=timeout)
     report = score_predictions(qs.questions, preds, graph, gold_sets, timeout=timeout)
     report.summary["unknown_predictions"] = unknown

@@ -33,6 +33,7 @@ from worker_agent.kg import (
 #: Metrics averaged in summaries (official names first).
 ANSWER_METRICS = ("set_P", "set_recall", "set_F", "set_F_ndcg")
 SCHEMA_K = 5
+SCORING_MAX_ROWS = 2_000_000
 
 
 @dataclass
@@ -105,13 +106,17 @@ class EvalReport:
 def execute(kg: KnowledgeGraph, sparql: str, *, timeout: float | None = None) -> Execution:
     """Run a query and pool its answers; errors are classified, never raised."""
     try:
-        result = kg.query(sparql, timeout=timeout)
+        # Scoring sees every row, as the official client does (the KG's interactive row cap
+        # would silently inflate precision); beyond SCORING_MAX_ROWS the answer is an error.
+        result = kg.query(sparql, timeout=timeout, max_rows=SCORING_MAX_ROWS)
     except (QuerySyntaxError, UpdateNotAllowed) as exc:
         return Execution(None, "syntax", str(exc))
     except QueryTimeout as exc:
         return Execution(None, "timeout", str(exc))
     except KGError as exc:
         return Execution(None, "execution", str(exc))
+    if result.truncated:
+        return Execution(None, "execution", f"more than {SCORING_MAX_ROWS:,} result rows: not scored")
     return Execution(metrics.answer_set(result), None, None, len(result.rows))
 
 
@@ -375,6 +380,8 @@ def load_predictions(path: str | Path) -> dict[str, str | None]:
         for i, item in enumerate(data):
             if not isinstance(item, dict) or "qname" not in item:
                 raise PredictionsError(f"{p}: entry {i} has no 'qname' (expected text2sparql ask output)")
+            if item["qname"] in out:  # the official evaluation keeps the first answer
+                continue
             query = item.get("query")
             out[item["qname"]] = query if isinstance(query, str) else None
         return out

@@ -462,3 +462,14 @@ def test_public_names():
     for name in llm.__all__:
         assert hasattr(llm, name), name
     assert Path(llm.__file__).name == "llm.py"
+
+
+def test_provider_key_never_goes_to_a_third_party_base_url(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-REALSECRET-0123456789")
+    local = llm.ModelConfig(provider="openai", name="qwen", base_url="http://127.0.0.1:18750/v1")
+    assert local.api_key is None
+    official = llm.ModelConfig(provider="openai", name="gpt-4o-mini")
+    assert official.api_key == "${OPENAI_API_KEY}"
+    named = llm.ModelConfig(provider="openai", name="x", base_url="https://openrouter.ai/api/v1",
+                            api_key="${OPENROUTER_API_KEY}")
+    assert named.api_key == "${OPENROUTER_API_KEY}"

@@ -296,7 +296,7 @@ def test_preview_errors(tools: Tools, ck25: OxigraphKG) -> None:
     cases = {
         "SELEC ?x WHERE { ?x ?p ?o }": "syntax",
         "INSERT DATA { <http://a/b> <http://a/c> <http://a/d> }": "update_rejected",
-        'SELECT ?x WHERE { BIND(xsd:int("3") AS ?x) }': "unsupported_function",
+        'SELECT ?x WHERE { BIND(xsd:token("3") AS ?x) }': "unsupported_function",
     }
     for query, kind in cases.items():
         preview = tools.test_sparql(query)

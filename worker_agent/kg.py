@@ -460,6 +460,7 @@ class OxigraphKG:
     def _load_into(self, store: ox.Store) -> None:
         for path in self.files:
             fmt, gzipped = _rdf_format(path)
+            before = len(store)
             try:
                 if gzipped:
                     with gzip.open(path, "rb") as fh:
@@ -470,6 +471,10 @@ class OxigraphKG:
                 raise KGError(f"{path}: cannot parse as {fmt.name}: {exc}") from exc
             except OSError as exc:
                 raise KGError(f"{path}: cannot load: {exc}") from exc
+            if len(store) == before:
+                # e.g. a JSON file that is not JSON-LD parses to nothing: a silent empty KG would
+                # make every gold answer empty and every score meaningless
+                raise KGError(f"{path}: no RDF triples could be read from this file (is it {fmt.name}?)")
 
     def _open_persistent(self, store_dir: Path, key: str) -> ox.Store:
         final = store_dir / key
@@ -550,7 +555,8 @@ class OxigraphKG:
         self, sparql: str, cap: int, deadline: float | None, cancel: threading.Event
     ) -> QueryResult:
         try:
-            solutions = self._store.query(sparql, use_default_graph_as_union=True)
+            solutions = self._store.query(sparql, use_default_graph_as_union=True,
+                                          custom_functions=XSD_CASTS)
         except SyntaxError as exc:
             raise QuerySyntaxError(_syntax_message(sparql, str(exc))) from exc
         except RuntimeError as exc:
@@ -621,11 +627,64 @@ def _translate_runtime_error(exc: Exception) -> KGError:
 def _syntax_message(sparql: str, parser_message: str) -> str:
     """The parser message, plus a hint when undeclared prefixes are the likely cause (the
     parser itself reports those confusingly, e.g. 'expected ENCODE_FOR_URI')."""
-    message = f"SPARQL syntax error: {parser_message}"
     missing = _undeclared_prefixes(sparql)
-    if missing:
-        message += "; undeclared prefix(es): " + ", ".join(f"{p}:" for p in missing)
-    return message
+    # the hint goes first: error messages are cut to one line of bounded length
+    hint = ("undeclared prefix(es): " + ", ".join(f"{p}:" for p in missing) + "; ") if missing else ""
+    return f"SPARQL syntax error: {hint}{parser_message}"
+
+
+# --------------------------------------------------------------------------------------------
+# XSD casts Oxigraph lacks
+# --------------------------------------------------------------------------------------------
+
+# SPARQL 1.1 requires casts to the primitive XSD types only; real queries (CK25's among them) also
+# cast to derived integer types such as xsd:int. Oxigraph implements the primitive ones natively;
+# these follow the XPath casting rules for the derived types (truncate numbers towards zero,
+# accept integer lexical forms from strings, range-check), and give an error (unbound) otherwise.
+_INTEGER_RANGES: dict[str, tuple[int | None, int | None]] = {
+    "int": (-(2**31), 2**31 - 1),
+    "long": (-(2**63), 2**63 - 1),
+    "short": (-(2**15), 2**15 - 1),
+    "byte": (-128, 127),
+    "nonNegativeInteger": (0, None),
+    "positiveInteger": (1, None),
+    "nonPositiveInteger": (None, 0),
+    "negativeInteger": (None, -1),
+    "unsignedInt": (0, 2**32 - 1),
+    "unsignedLong": (0, 2**64 - 1),
+    "unsignedShort": (0, 2**16 - 1),
+    "unsignedByte": (0, 255),
+}
+_NUMERIC = {XSD + t for t in ("integer", "decimal", "double", "float", *_INTEGER_RANGES)}
+
+
+def _integer_cast(local: str) -> Any:
+    low, high = _INTEGER_RANGES[local]
+    datatype = ox.NamedNode(XSD + local)
+
+    def cast(value: Any) -> ox.Literal | None:
+        if not isinstance(value, ox.Literal):
+            return None
+        text, dtype = value.value.strip(), value.datatype.value
+        try:
+            if dtype == XSD + "boolean":
+                number = 1 if text in ("true", "1") else 0
+            elif dtype in _NUMERIC:
+                number = int(float(text)) if any(c in text for c in ".eE") else int(text)
+            elif dtype == XSD_STRING:
+                number = int(text)
+            else:
+                return None
+        except (ValueError, OverflowError):
+            return None
+        if (low is not None and number < low) or (high is not None and number > high):
+            return None
+        return ox.Literal(str(number), datatype=datatype)
+
+    return cast
+
+
+XSD_CASTS: dict[Any, Any] = {ox.NamedNode(XSD + local): _integer_cast(local) for local in _INTEGER_RANGES}
 
 
 # --------------------------------------------------------------------------------------------

@@ -397,8 +397,9 @@ class ModelConfig(BaseModel):
     api_key: str | None = Field(
         default=None, description="A ${ENV_VAR} reference resolved when the model is made; literal "
                                   "keys are rejected. Default ${OPENAI_API_KEY} / "
-                                  "${ANTHROPIC_API_KEY} by provider; explicit null = no key "
-                                  "(local servers).")
+                                  "${ANTHROPIC_API_KEY} by provider for the provider's own API; "
+                                  "with a third-party base_url no key is sent unless named here "
+                                  "(e.g. ${OPENROUTER_API_KEY}); explicit null = no key.")
     temperature: float | None = Field(
         default=0.0, ge=0.0, le=2.0,
         description="Sampling temperature; null omits it (reasoning models reject the parameter).")
@@ -433,7 +434,10 @@ class ModelConfig(BaseModel):
     @model_validator(mode="after")
     def _defaults_and_checks(self) -> ModelConfig:
         if "api_key" not in self.model_fields_set:  # explicit null keeps "no key"
-            self.api_key = DEFAULT_KEY_REFS[self.provider]
+            # The provider's own key goes only to the provider's own API: a third-party base_url
+            # (vLLM, Ollama, OpenRouter, ...) gets no key unless api_key names one explicitly.
+            official = not self.base_url or "api.openai.com" in self.base_url or "api.anthropic.com" in self.base_url
+            self.api_key = DEFAULT_KEY_REFS[self.provider] if official else None
         if self.script and self.provider != "scripted":
             raise ValueError("script is only allowed with provider 'scripted'")
         return self
