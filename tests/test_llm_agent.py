@@ -189,6 +189,27 @@ def test_out_of_turns_without_a_working_query(tools, examples):
     assert nothing.status == "budget_exhausted" and nothing.query is None
 
 
+def test_large_test_results_are_valid_json_and_graded(kg, examples):
+    """preview_rows: 100 makes a result longer than the tool-result limit: the model still gets
+    JSON (rows dropped, marked truncated), and the query is recorded and graded."""
+    big = Tools(kg, preview_rows=100)
+    wide = "SELECT ?s ?p ?o WHERE { ?s ?p ?o }"
+    no_format = make_spec(hooks="def postprocess_query(q):\n    return q\n")
+    model = ScriptedModel([call("test_sparql", "c1", sparql=wide)])  # then the script runs out
+    result, trace = run(no_format, big, examples, model)
+    assert result.status == "llm_error" and result.query == wide  # recorded as a candidate
+    assert "grade 3" in result.detail  # graded on the whole preview: rows, as the question wants
+    shown = json.loads(tool_steps(trace)[0]["result"])
+    assert shown["truncated"] is True and 0 < shown["shown"] < 100 and len(shown["rows"]) == shown["shown"]
+
+    seen = ("def format_tool_result(tool_name, result):\n"
+            "    return 'dict' if isinstance(result, dict) and result.get('truncated') else 'other'\n")
+    model = ScriptedModel([call("test_sparql", "c1", sparql=wide), call(SUBMIT_TOOL, "c2", sparql=GOLD_QUERY)])
+    result, _ = run(make_spec(hooks=seen), big, examples, model)
+    assert result.status == "answered"
+    assert model.requests[1].messages[-1].content == "dict"  # the hook gets data, not cut text
+
+
 # --------------------------------------------------------------------------- (3) malformed calls
 
 def test_malformed_tool_arguments_are_reported_to_the_model(tools, examples):

@@ -23,6 +23,7 @@ from worker_agent.tools import (
     SparqlLookup,
     ToolError,
     Tools,
+    fit_json,
     local_name_surface,
     tokenize,
 )
@@ -34,6 +35,7 @@ PRODI = "http://ld.company.org/prod-instances/"
 KAREN = PRODI + "empl-Karen.Brant%40company.org"
 U990 = PRODI + "hw-U990-5234138"
 MARKETING = PRODI + "dept-85880"
+DBR = "http://dbpedia.org/resource/"
 
 @pytest.fixture(scope="module")
 def ck25() -> OxigraphKG:
@@ -125,6 +127,29 @@ def test_index_is_cached_per_fingerprint(ck25: OxigraphKG, tools: Tools) -> None
     assert PV + "name" in index.predicates  # auto-detected CK25 name predicate
     assert index.label(MARKETING) == "Marketing" and index.popularity(KAREN) > 0
 
+def test_object_only_iris_link_by_local_name(tools: Tools) -> None:
+    """CK25 suppliers point at external dbpedia:Poland etc., which have no label and no type."""
+    poland = tools.surface_forms("Poland")
+    assert poland[0].iri == DBR + "Poland" and poland[0].label == "Poland" and poland[0].types == []
+    assert poland[0].popularity == 3  # its in-degree: three suppliers
+    us = tools.surface_forms("United States")
+    assert us[0].iri == DBR + "United_States" and us[0].score == 90.0  # a weaker, local-name form
+    assert us[0].popularity == 33
+    # Labelled suppliers named "... (United States)" are still found, just below the country.
+    assert any(c.label.endswith("(United States)") for c in us[1:])
+    assert tools.surface_forms("France")[0].iri == DBR + "France"
+    index = tools.index
+    assert index is not None and index.label(DBR + "United_States") == "United States"
+    assert index.stats["object_only_indexed"] == index.stats["object_only_iris"] > 60
+    assert index.stats["notes"] == []
+    # Vocabulary terms (rdf:type / rdfs:range objects) and icon files (foaf:depiction) are not entities.
+    for term in ("http://www.w3.org/2002/07/owl#Class", "http://www.w3.org/2001/XMLSchema#string",
+                 "http://xmlns.com/foaf/0.1/Person"):
+        assert term not in index
+    assert not any("iconify" in iri for iri in index.iris)
+    spans = tools.match_spans("How many suppliers do we have in France?")
+    assert [s.candidates[0].iri for s in spans if s.surface == "France"] == [DBR + "France"]
+
 # -- small in-memory KGs --------------------------------------------------------------------------
 
 def test_accent_folding(small_kg: OxigraphKG) -> None:
@@ -142,6 +167,29 @@ def test_local_name_and_auto_label_predicates(small_kg: OxigraphKG) -> None:
     assert "http://example.org/W1" not in iris(plain.lookup("Quantum Widget"))
     explicit = LabelIndex.build(small_kg, ["http://example.org/title"], auto_label_predicates=False)
     assert explicit.lookup("Quantum Widget")[0].iri == "http://example.org/W1"
+
+OBJECTS_TTL = """
+@prefix ex: <http://example.org/> .
+@prefix rdfs: <http://www.w3.org/2000/01/rdf-schema#> .
+ex:A a ex:Company ; rdfs:label "Acme" ; ex:country ex:New_Zealand , <http://example.org/S%C3%A3o_Tom%C3%A9> ;
+     ex:logo <http://example.org/img/acme.png> ; ex:seeAlso <http://example.org/page?id=7> .
+ex:B a ex:Company ; rdfs:label "Bolt" ; ex:country ex:New_Zealand .
+"""
+
+def test_object_only_iris_and_their_cap(tmp_path: Path) -> None:
+    path = tmp_path / "objects.ttl"
+    path.write_text(OBJECTS_TTL, encoding="utf-8")
+    kg = OxigraphKG([path])
+    index = LabelIndex.build(kg)
+    nz = index.lookup("New Zealand")
+    assert nz[0].iri == "http://example.org/New_Zealand" and nz[0].popularity == 2
+    assert index.lookup("Sao Tome")[0].iri == "http://example.org/S%C3%A3o_Tom%C3%A9"  # percent-decoded
+    assert index.stats["object_only_iris"] == 2  # not the logo file, not the page with a query string
+    assert "http://example.org/Company" not in index  # a type object, not an entity
+    capped = LabelIndex.build(kg, max_object_iris=1)
+    assert capped.lookup("New Zealand") == [] and capped.lookup("Acme")[0].iri == "http://example.org/A"
+    assert capped.stats["object_only_indexed"] == 0
+    assert "not indexed" in capped.stats["notes"][0] and "more than 1" in capped.stats["notes"][0]
 
 def test_group_namespaces(small_kg: OxigraphKG) -> None:
     jm = "http://example.org/JM"
@@ -306,6 +354,40 @@ def test_preview_errors(tools: Tools, ck25: OxigraphKG) -> None:
     timeout = Tools(RecordingKG(QueryTimeout("too slow")), use_index=False).test_sparql("SELECT * { ?s ?p ?o }")  # type: ignore[arg-type]
     assert timeout.error_kind == "timeout" and timeout.error == "too slow"
     assert tools.test_sparql("  ").error_kind == "syntax"
+
+def test_preview_compact_fits_by_dropping_rows() -> None:
+    rows = [[f"prodi:item-{i} (Item {i})", '"' + "x" * 500 + '"'] for i in range(100)]
+    preview = Preview(ok=True, variables=["s", "d"], rows=rows, total=1234)
+    assert preview.compact()["rows"] == rows  # no limit: everything
+    fitted = preview.compact(2_000)
+    assert len(json.dumps(fitted, ensure_ascii=False, separators=(",", ":"))) <= 2_000
+    assert fitted["truncated"] is True and fitted["total"] == 1234
+    assert 0 < fitted["shown"] == len(fitted["rows"]) < 100
+    assert fitted["rows"][0][0] == rows[0][0] and len(fitted["rows"][0][1]) == 200  # long value cut
+    assert "of the first 100 rows (1234 in total)" in fitted["note"]
+    small = Preview(ok=True, variables=["s"], rows=[["a"]], total=1)
+    assert small.compact(2_000) == small.compact()  # fits: untouched, no marker
+    wide = Preview(ok=True, variables=[f"v{i}" for i in range(400)], rows=[["y" * 30] * 400], total=1)
+    squeezed = wide.compact(1_000)
+    assert squeezed["shown"] == 0 and squeezed["truncated"] and squeezed["total"] == 1
+    assert len(json.dumps(squeezed, separators=(",", ":"))) <= 1_000
+
+def test_large_test_sparql_output_stays_valid_json(ck25: OxigraphKG) -> None:
+    tools = Tools(ck25, preview_rows=100)
+    query = "SELECT ?s ?p ?o WHERE { ?s ?p ?o }"
+    text = tools.call("test_sparql", {"sparql": query})
+    assert len(text) <= 8_000
+    data = json.loads(text)  # was cut mid-JSON at the character limit
+    assert data["ok"] and data["truncated"] is True and data["vars"] == ["s", "p", "o"]
+    assert 10 < data["shown"] == len(data["rows"]) < 100
+    out = tools.run_call("test_sparql", {"sparql": query})
+    assert out.text == text and out.data == data and out.error is None
+    assert out.preview is not None and len(out.preview.rows) == 100  # the whole preview behind it
+    # Other tools' big answers are fitted the same way: valid JSON marked as truncated.
+    assert fit_json([{"iri": "x" * 50}] * 400, 1_000)["shown"] < 400
+    onto = fit_json({"iri": "x", "out": [{"p": "y" * 80}] * 200, "in": [1, 2]}, 1_000)
+    assert onto["truncated"] and onto["omitted"]["out"] > 100 and onto["in"] == [1, 2]
+    assert tools.run_call("test_sparql", {"sparq": query}).error == "arguments"
 
 # -- LLM interface ------------------------------------------------------------------------------
 

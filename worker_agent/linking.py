@@ -39,6 +39,7 @@ __all__ = [
     "STOPWORDS",
     "TITLES",
     "WHOLE_RESULT_ROWS",
+    "MAX_OBJECT_IRIS",
     "Candidate",
     "LabelIndex",
     "Labeler",
@@ -84,6 +85,20 @@ _W_VARIANT = 0.97  # label without a trailing "(qualifier)"
 _W_ALT = 0.98
 _W_SURNAME = 0.95
 _W_LOCAL = 0.9
+# IRIs used only as objects, with no label and no type (CK25's dbpedia:Poland): their local name
+# is all there is. Same weight as any local name, so a real label that matches as well wins.
+_W_OBJECT_LOCAL = _W_LOCAL
+# Above this many such IRIs the KG is too large to index them all (memory, build time); the
+# index then leaves them out and says so in its stats.
+MAX_OBJECT_IRIS = 500_000
+# Predicates of these namespaces (rdf:type, rdfs:range, owl:sameAs...) point at vocabulary terms
+# (owl:Class, xsd:date, foaf:Person), not at entities a question names.
+_SCHEMA_NAMESPACES = (RDF, RDFS, OWL)
+# Objects that are files or web pages (foaf:depiction icons), not things.
+_DOCUMENT_RE = re.compile(
+    r"\.(?:svg|png|jpe?g|gif|webp|bmp|tiff?|ico|pdf|html?|php|aspx?|xml|json|rdf|ttl|owl|nt|zip)$",
+    re.IGNORECASE,
+)
 
 _TOKEN_CUTOFF = 80.0  # rapidfuzz ratio for two tokens to count as the same word (typos, plurals)
 _SHORTLIST = 400  # forms fully scored per lookup, chosen by token overlap
@@ -464,7 +479,7 @@ class LabelIndex(_EntityTable):
 
     def __init__(self, *, iris: list[str], labels: list[str], types: list[tuple[str, ...]],
                  popularity: list[int], forms: list[_Form], predicates: Sequence[str],
-                 build_seconds: float = 0.0) -> None:
+                 build_seconds: float = 0.0, stats: Mapping[str, Any] | None = None) -> None:
         self.iris = iris
         self.labels = labels
         self.entity_types = types
@@ -472,6 +487,9 @@ class LabelIndex(_EntityTable):
         self.forms = forms
         self.predicates = tuple(predicates)
         self.build_seconds = build_seconds
+        # What the build saw and left out: counts plus ``notes`` (human-readable lines).
+        self.stats: dict[str, Any] = {"entities": len(iris), "forms": len(forms), "notes": [],
+                                      **(stats or {})}
         self._ids = {iri: i for i, iri in enumerate(iris)}
         self._tables: dict[bool, _FormTable] = {}
         self._table_lock = threading.Lock()
@@ -507,8 +525,15 @@ class LabelIndex(_EntityTable):
     @classmethod
     def build(cls, kg: KnowledgeGraph, label_predicates: Iterable[str] = (), *,
               auto_label_predicates: bool = True, langs: Sequence[str] = ("en",),
-              timeout: float | None = 300.0) -> LabelIndex:
-        """Read labels, types and degrees from ``kg`` (four or five queries) and index them."""
+              timeout: float | None = 300.0,
+              max_object_iris: int = MAX_OBJECT_IRIS) -> LabelIndex:
+        """Read labels, types and degrees from ``kg`` (four or five queries) and index them.
+
+        Entities are the IRIs with a label or a type, plus IRIs that occur as objects of a
+        data predicate (not rdf:/rdfs:/owl:) with neither, such as CK25's external
+        ``dbpedia:Poland``: those are found by their local name only ("Poland",
+        "United States"). When there are more than ``max_object_iris`` of them, none is indexed
+        and ``stats["notes"]`` says so."""
         started = time.perf_counter()
 
         def rows(sparql: str) -> list[tuple[Term | None, ...]]:
@@ -537,11 +562,15 @@ class LabelIndex(_EntityTable):
             if s and t:
                 types[s.value].append(t.value)
         degree: dict[str, int] = defaultdict(int)
-        for query in ("SELECT ?e (COUNT(*) AS ?n) WHERE { ?e ?p ?o FILTER(isIRI(?e)) } GROUP BY ?e",
-                      "SELECT ?e (COUNT(*) AS ?n) WHERE { ?s ?p ?e FILTER(isIRI(?e)) } GROUP BY ?e"):
-            for e, n in rows(query):
-                if e and n:
-                    degree[e.value] += int(n.value)
+        for e, n in rows("SELECT ?e (COUNT(*) AS ?n) WHERE { ?e ?p ?o FILTER(isIRI(?e)) } GROUP BY ?e"):
+            if e and n:
+                degree[e.value] += int(n.value)
+        data_objects: list[str] = []  # IRIs some data predicate points at
+        for e, n, d in rows(_IN_DEGREE_QUERY):
+            if e and n:
+                degree[e.value] += int(n.value)
+                if d and int(d.value) > 0:
+                    data_objects.append(e.value)
 
         iris = sorted(set(labels) | set(types))
         display: list[str] = []
@@ -551,9 +580,15 @@ class LabelIndex(_EntityTable):
             local = local_name_surface(iri)
             display.append(entity_labels[0][2] if entity_labels else (local or local_name(iri)))
             forms.extend(_entity_forms(eid, iri, entity_labels, types.get(iri, ()), local))
+        objects, stats = _object_only_entities(data_objects, labels, types, max_object_iris)
+        for iri, local in objects:
+            forms.append(_Form(len(iris), local, "local", _W_OBJECT_LOCAL))
+            iris.append(iri)
+            display.append(local)
         index = cls(
             iris=iris, labels=display, types=[tuple(sorted(set(types.get(i, ())))) for i in iris],
             popularity=[degree.get(i, 0) for i in iris], forms=forms, predicates=predicates,
+            stats=stats,
         )
         index._table(True)  # the default (accent-folding) mode is built up front, not on first lookup
         index.build_seconds = time.perf_counter() - started
@@ -670,6 +705,39 @@ class LabelIndex(_EntityTable):
                 self._span_cache.clear()
             self._span_cache[key] = hit
         return hit
+
+
+_IN_DEGREE_QUERY = (
+    "SELECT ?e (COUNT(*) AS ?n) (SUM(IF(" + " || ".join(
+        f'STRSTARTS(STR(?p), "{ns}")' for ns in _SCHEMA_NAMESPACES) + ", 0, 1)) AS ?d) "
+    "WHERE { ?s ?p ?e FILTER(isIRI(?e)) } GROUP BY ?e"
+)
+
+
+def _object_only_entities(objects: Iterable[str], labels: Mapping[str, Any],
+                          types: Mapping[str, Any], cap: int) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """``(iri, local-name surface)`` of object IRIs with no label and no type, and index stats.
+
+    Only http(s) IRIs whose local name reads as words count: namespaces (trailing ``/`` or
+    ``#``), files and pages (``icon.svg``, query strings) and opaque ids name nothing a question
+    would say. More than ``cap`` of them: none (a note in the stats says why)."""
+    found: list[tuple[str, str]] = []
+    for iri in objects:
+        if iri in labels or iri in types or not iri.startswith(("http://", "https://")):
+            continue
+        if iri.endswith(("/", "#")) or "?" in iri or _DOCUMENT_RE.search(iri):
+            continue
+        local = local_name_surface(iri)
+        if local:
+            found.append((iri, local))
+    stats: dict[str, Any] = {"object_only_iris": len(found), "object_only_indexed": len(found)}
+    if len(found) > cap:
+        stats["object_only_indexed"] = 0
+        stats["notes"] = [f"{len(found)} IRIs used only as objects, without label or type, were not "
+                          f"indexed (more than {cap}); link them with SPARQL instead"]
+        return [], stats
+    found.sort()
+    return found, stats
 
 
 def _entity_forms(eid: int, iri: str, labels: Sequence[tuple[Any, str, str]],

@@ -3,7 +3,9 @@
 Every tool is a plain Python method of :class:`Tools` (deterministic strategies call them
 directly) and also an LLM tool: :meth:`Tools.schemas` lists JSON tool schemas and
 :meth:`Tools.call` dispatches a tool call to compact text, turning every failure into an error
-string.
+string. That text is always whole JSON within a size limit (:func:`fit_json`,
+:meth:`Preview.compact`: rows dropped, long values shortened, ``"truncated": true``);
+:meth:`Tools.run_call` returns it together with the same result as data.
 
 This module is the facade and holds test-SPARQL (:class:`Preview`). The lookups live in their
 own modules and their public names are re-exported here: entity linking (surface forms ->
@@ -85,11 +87,13 @@ __all__ = [
     "SchemaItem",
     "OntologyInfo",
     "Preview",
+    "ToolOutput",
     "ErrorKind",
     "LabelIndex",
     "SparqlLookup",
     "ServiceLookup",
     "Tools",
+    "fit_json",
     "DEFAULT_LABEL_PREDICATES",
     "tokenize",
     "fold_accents",
@@ -140,13 +144,134 @@ class Preview:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def compact(self) -> dict[str, Any]:
+    def compact(self, max_chars: int | None = None) -> dict[str, Any]:
+        """The preview as JSON data; with ``max_chars``, data whose JSON text fits in that many
+        characters: rows dropped from the end and long values shortened, marked with
+        ``"truncated": true``, ``"shown"`` (rows kept) and a ``"note"``; ``total`` stays the
+        count of the whole result."""
         if not self.ok:
-            return {"ok": False, "error_kind": self.error_kind, "error": self.error}
+            return {"ok": False, "error_kind": self.error_kind,
+                    "error": _shorten(self.error, max_chars // 2) if max_chars else self.error}
         if self.boolean is not None:
             return {"ok": True, "boolean": self.boolean}
-        return {"ok": True, "vars": self.variables, "rows": self.rows,
-                "total": self.total if self.total is not None else "more than counted"}
+        total: int | str = self.total if self.total is not None else "more than counted"
+        full = {"ok": True, "vars": self.variables, "rows": self.rows, "total": total}
+        if max_chars is None or _json_size(full) <= max_chars:
+            return full
+        return self._fitted(total, max_chars)
+
+    def _fitted(self, total: int | str, max_chars: int) -> dict[str, Any]:
+        """As many rows as fit; values cut ever shorter until at least one row fits."""
+        for cap in _CELL_CAPS:
+            rows = [[_shorten(v, cap) for v in row] for row in self.rows]
+
+            def shown(n: int) -> dict[str, Any]:
+                return _truncated_preview(self.variables, rows, n, total, len(self.rows), cap)
+
+            n = _most_that_fit(shown, len(rows), max_chars)
+            if n:
+                return shown(n)
+        # Not one row fits even with short values: hundreds of columns. List what fits of them.
+        variables = list(self.variables)
+        while True:
+            out = {"ok": True, "vars": variables, "rows": [], "total": total, "truncated": True,
+                   "shown": 0, "note": f"the result is too wide to show; {len(variables)} of "
+                                       f"{len(self.variables)} variables listed"}
+            if not variables or _json_size(out) <= max_chars:
+                return out
+            variables = variables[: len(variables) // 2]
+
+
+# Shortening limits tried in turn for cell values of a preview that is too long to show whole.
+_CELL_CAPS = (200, 60, 20)
+
+
+def _json_size(data: Any) -> int:
+    return len(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+
+
+def _shorten(value: Any, cap: int) -> Any:
+    """A string of at most ``cap`` characters (an ellipsis marks the cut); other values as is."""
+    if isinstance(value, str) and len(value) > cap:
+        return value[: max(cap - 1, 0)] + "…"
+    return value
+
+
+def _most_that_fit(build: Callable[[int], Any], n_max: int, max_chars: int) -> int | None:
+    """The largest ``n <= n_max`` whose ``build(n)`` fits in ``max_chars`` (size grows with n),
+    or None when not even ``build(0)`` fits."""
+    if _json_size(build(0)) > max_chars:
+        return None
+    lo, hi = 0, n_max
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _json_size(build(mid)) <= max_chars:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _truncated_preview(variables: list[str], rows: list[list[Any]], n: int, total: int | str,
+                       previewed: int, cap: int) -> dict[str, Any]:
+    cut = any(isinstance(v, str) and v.endswith("…") for row in rows[:n] for v in row)
+    note = f"showing {n} of the first {previewed} rows ({total} in total)"
+    if cut:
+        note += f"; long values cut to {cap} characters"
+    return {"ok": True, "vars": variables, "rows": rows[:n], "total": total, "truncated": True,
+            "shown": n, "note": note}
+
+
+def fit_json(data: Any, max_chars: int) -> Any:
+    """``data`` (JSON-able) reduced until its compact JSON text fits in ``max_chars``.
+
+    A list keeps its first items and becomes ``{"items", "truncated", "shown", "total"}``; a
+    mapping has long strings shortened, then items dropped from the end of its longest lists
+    (counted per key in ``"omitted"``) and gets ``"truncated": true``. The result is always
+    valid JSON data, so nothing downstream has to read a cut-off text."""
+    if _json_size(data) <= max_chars:
+        return data
+    if isinstance(data, list):
+        for cap in (300, 100, 40):
+            items = [_shorten_all(x, cap) for x in data]
+
+            def listing(n: int) -> dict[str, Any]:
+                return {"items": items[:n], "truncated": True, "shown": n, "total": len(data)}
+
+            n = _most_that_fit(listing, len(items), max_chars)
+            if n:
+                return listing(n)
+    elif isinstance(data, Mapping):
+        for cap in (300, 100, 40):
+            out = _fit_mapping(_shorten_all(dict(data), cap), max_chars)
+            if out is not None:
+                return out
+    elif isinstance(data, str):
+        return _shorten(data, max(max_chars - 2, 1) // 2)  # escapes may double the length
+    return {"truncated": True, "error": f"the result is too large to show ({_json_size(data)} characters)"}
+
+
+def _shorten_all(data: Any, cap: int) -> Any:
+    if isinstance(data, Mapping):
+        return {k: _shorten_all(v, cap) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_shorten_all(v, cap) for v in data]
+    return _shorten(data, cap)
+
+
+def _fit_mapping(data: dict[str, Any], max_chars: int) -> dict[str, Any] | None:
+    """Drop the last item of the longest list value until ``data`` fits; None if it never does."""
+    data["truncated"] = True
+    omitted: dict[str, int] = {}
+    while _json_size(data) > max_chars:
+        lists = [(k, _json_size(v)) for k, v in data.items() if isinstance(v, list) and v]
+        if not lists:
+            return None
+        key = max(lists, key=lambda kv: kv[1])[0]
+        data[key] = data[key][:-1]
+        omitted[key] = omitted.get(key, 0) + 1
+        data["omitted"] = dict(omitted)
+    return data
 
 
 # --------------------------------------------------------------------------------------------
@@ -442,23 +567,30 @@ class Tools:
 
     def call(self, name: str, arguments: Mapping[str, Any] | str | None) -> str:
         """Run one LLM tool call; returns compact JSON text, or ``"error: ..."``; never raises."""
+        return self.run_call(name, arguments).text
+
+    def run_call(self, name: str, arguments: Mapping[str, Any] | str | None) -> ToolOutput:
+        """Run one LLM tool call: the text :meth:`call` returns plus the same result as data
+        (and, for test_sparql, the whole :class:`Preview`); never raises."""
         model = _ARG_MODELS.get(name)
         if model is None:
-            return f"error: unknown tool {name!r}; available tools: {', '.join(_ARG_MODELS)}"
+            return _error_output(f"error: unknown tool {name!r}; available tools: {', '.join(_ARG_MODELS)}",
+                                 "arguments")
         try:
             if isinstance(arguments, str):
                 arguments = json.loads(arguments) if arguments.strip() else {}
             if arguments is None:
                 arguments = {}
             if not isinstance(arguments, Mapping):
-                return f"error: arguments for {name} must be a JSON object"
+                return _error_output(f"error: arguments for {name} must be a JSON object", "arguments")
             args = model.model_validate(dict(arguments))
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
                                  for e in exc.errors())
-            return f"error: bad arguments for {name}: {problems}"
+            return _error_output(f"error: bad arguments for {name}: {problems}", "arguments")
         except ValueError as exc:  # json.JSONDecodeError
-            return f"error: arguments for {name} are not valid JSON: {exc}"
+            return _error_output(f"error: arguments for {name} are not valid JSON: {exc}", "arguments")
+        preview: Preview | None = None
         try:
             payload: Any
             if isinstance(args, SurfaceFormsArgs):
@@ -468,16 +600,36 @@ class Tools:
                 payload = self.ontology(args.iri).compact(self.max_predicates)
             else:
                 assert isinstance(args, TestSparqlArgs)
-                payload = self.test_sparql(args.sparql).compact()
+                preview = self.test_sparql(args.sparql)
+                # Fitted by dropping rows, so the model always gets JSON it can read.
+                payload = preview.compact(_MAX_CALL_CHARS)
         except (KGError, ToolError) as exc:
-            return f"error: {name} failed: {exc}"
+            return _error_output(f"error: {name} failed: {exc}", "failed")
         except Exception as exc:  # never let a tool crash the agent loop
-            return f"error: {name} failed: {type(exc).__name__}: {' '.join(str(exc).split())}"
-        text = payload if isinstance(payload, str) else json.dumps(
-            payload, ensure_ascii=False, separators=(",", ":"))
-        if len(text) > _MAX_CALL_CHARS:
-            text = text[:_MAX_CALL_CHARS] + " ...(truncated)"
-        return text
+            return _error_output(f"error: {name} failed: {type(exc).__name__}: {' '.join(str(exc).split())}",
+                                 "failed")
+        if isinstance(payload, str):
+            return ToolOutput(payload, payload, None, preview)
+        payload = fit_json(payload, _MAX_CALL_CHARS)
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+        return ToolOutput(text, payload, None, preview)
+
+
+@dataclass
+class ToolOutput:
+    """One tool call's outcome: ``text`` for the model (compact JSON within the size limit, a
+    plain message, or ``"error: ..."``), ``data`` the same as JSON data (the text itself for
+    messages and errors), ``error`` whether the arguments were unusable (``"arguments"``) or
+    the tool failed (``"failed"``), and for test_sparql the whole ``preview`` behind the data."""
+
+    text: str
+    data: Any
+    error: Literal["arguments", "failed"] | None = None
+    preview: Preview | None = None
+
+
+def _error_output(text: str, kind: Literal["arguments", "failed"]) -> ToolOutput:
+    return ToolOutput(text, text, kind)
 
 
 def _failed(query: str, kind: ErrorKind, error: object) -> Preview:

@@ -3,8 +3,9 @@
 One question is one conversation. The system prompt (``system.j2``: tools and enabled rules) and
 the user prompt (``question.j2``: the question and the ``few_shot`` most similar *training*
 examples) open it; then, for at most ``max_iterations`` model turns, every tool call is run
-through :meth:`Tools.call`, shown to the model via the spec's ``format_tool_result`` hook and
-appended to the conversation.
+through :meth:`Tools.run_call` (JSON that always fits the tool-result size limit, plus the same
+result as data), shown to the model via the spec's ``format_tool_result`` hook (which gets the
+data) and appended to the conversation. Test queries are graded on the whole preview.
 
 The model finishes by calling the fourth tool, ``submit_query(sparql)``, or by replying with a
 ```` ```sparql ```` block. A final query is accepted only when it runs and its result has the shape
@@ -33,7 +34,7 @@ from worker_agent.llm import LLMError, Message, Model, ToolCall
 from worker_agent.retrieval import Retriever, make_retriever, normalize_text
 from worker_agent.spec import PROMPT_VARIABLES, AgentSpec, HookError
 from worker_agent.strategies import Example, StrategyResult
-from worker_agent.tools import Tools
+from worker_agent.tools import ToolOutput, Tools
 from worker_agent.trace import Trace
 
 __all__ = [
@@ -205,16 +206,18 @@ def check_result(result: Mapping[str, Any], shape: Shape | None) -> tuple[int, s
             return ACCEPTED, None
         return WRONG_SHAPE, f"the query is an ASK query, but the question asks for {_SHAPE_TEXT[shape]}"
     rows = [row for row in result.get("rows") or [] if any(v is not None for v in row)]
-    if not rows:
+    # A preview cut to fit a message may show no row of a non-empty result.
+    hidden = bool(result.get("truncated")) and result.get("total") != 0
+    if not rows and not hidden:
         hint = "; the question is a yes/no question, so use an ASK query" if shape == "boolean" else ""
         return EMPTY, f"empty result: the query returns no answers{hint}"
     if shape == "boolean":
         return WRONG_SHAPE, "the question is a yes/no question, but the query returns rows: use an ASK query"
     if shape == "count":
         total = result.get("total")
-        values = [v for v in rows[0] if v is not None]
+        values = [v for v in rows[0] if v is not None] if rows else []
         if total != 1 or len(values) != 1 or not _is_number(values[0]):
-            columns = len(result.get("vars") or rows[0])
+            columns = len(result.get("vars") or (rows[0] if rows else []))
             return WRONG_SHAPE, (f"the question asks for {_SHAPE_TEXT['count']}, but the query returns "
                                  f"{total if isinstance(total, int) else 'many'} row(s) with {columns} "
                                  "column(s)" + ("" if len(values) != 1 or _is_number(values[0])
@@ -455,20 +458,20 @@ class _Conversation:
                         '{"sparql": "<the final query>"}'), False, None
             text, done = self._submit(sparql, SUBMIT_TOOL)
             return text, True, done
-        text = self.s.tools.call(call.name, call.arguments)
-        if _ARGUMENT_ERROR.match(text):
-            return text, False, None
-        data = _as_data(text)
-        if call.name == "test_sparql" and isinstance(data, dict):
-            grade, problem = check_result(data, self.shape)
+        out = self.s.tools.run_call(call.name, call.arguments)
+        if out.error == "arguments":
+            return out.text, False, None
+        if out.preview is not None:
+            # Graded on the whole preview, not on the rows that fit in the model's message.
+            grade, problem = check_result(out.preview.compact(), self.shape)
             self.candidates.append(_Candidate(call.arguments["sparql"], grade, problem, "test_sparql"))
-        return self._format(call.name, data), True, None
+        return self._format(call.name, out), True, None
 
-    def _format(self, tool: str, data: Any) -> str:
+    def _format(self, tool: str, out: ToolOutput) -> str:
         if self.format_hook is None:
-            return data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+            return out.text
         try:
-            return self.format_hook(tool, data)
+            return self.format_hook(tool, out.data)
         except HookError as exc:
             self.trace.step("hook_error", hook="format_tool_result", error=str(exc))
             raise _Stop(self._result("tool_error", str(exc))) from exc
@@ -545,16 +548,3 @@ class _Conversation:
         return {"turns": self.turns, "lang": self.lang, "expected_shape": self.shape,
                 "candidates": len(self.candidates)}
 
-
-# Tools.call reports unusable arguments with these prefixes (tool failures use "<tool> failed").
-_ARGUMENT_ERROR = re.compile(r"^error: (bad arguments|arguments for|unknown tool)")
-
-
-def _as_data(text: str) -> Any:
-    """Tool output as plain JSON data for the format hook; error lines stay text."""
-    if text[:1] in "[{":
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text  # truncated output: show it as text
-    return text
