@@ -1,15 +1,16 @@
 """A static, offline HTML report of a workspace: what was tried, what worked, what broke.
 
 ``write_report(ws, out_dir)`` writes one self-contained ``index.html`` (inline CSS and inline SVG
-generated here; no JavaScript, no fonts or scripts from a CDN) with:
+generated here; no JavaScript, no fonts or scripts from a CDN; SVG text is sized by a generous
+width estimate so labels are never cut) with:
 
 * the lineage: every version, its parent, its verdict, as a table and as an SVG graph;
 * an SVG plot of the scores per version (overall set_F and the component F1 of each structural
   family);
 * the features x versions and metrics x versions tables (``ledger.feature_table`` /
   ``ledger.metric_table``);
-* a questions x versions outcome matrix, cells colored by outcome, marking what each version
-  fixed and broke relative to its parent;
+* a questions x versions outcome matrix, cells colored by outcome, marking per question what
+  each version fixed, improved, worsened or broke relative to its parent (by outcome and set_F);
 * per version: verdict, reason, rationale and the diff from its parent (all text escaped);
 * the sealed test-split evaluation (``test_evaluation`` events) and the other ledger events.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from researcher.ledger import (
     EventRecord,
     Ledger,
     LedgerError,
+    QuestionOutcome,
     Table,
     VersionRecord,
     feature_table,
@@ -41,8 +44,8 @@ from researcher.ledger import (
 )
 from researcher.metrics import FAMILIES, OUTCOMES
 
-__all__ = ["OUTCOME_COLORS", "ReportData", "VersionInfo", "changes", "collect", "line_plot_svg", "lineage_svg",
-           "render_report", "write_report"]
+__all__ = ["CHANGE_KINDS", "CHANGE_MARKS", "OUTCOME_COLORS", "Changes", "ReportData", "VersionInfo", "changes",
+           "collect", "line_plot_svg", "lineage_svg", "question_change", "render_report", "write_report"]
 
 REPORT_NAME = "index.html"
 OUTCOME_COLORS: dict[str, str] = {
@@ -157,6 +160,71 @@ def _fmt_num(value: float) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".")
 
 
+# Advance widths in em, rounded up from DejaVu Sans (what system-ui resolves to on a bare Linux,
+# and one of the widest sans fonts), so text laid out with them fits in any common font.
+_NARROW_CHARS = frozenset("fijlrtI.,:;'|!()[]{}")
+_WIDE_CHARS = frozenset("mwMW@%")
+
+
+def _char_em(ch: str) -> float:
+    if ch == " ":
+        return 0.34
+    if ch in _NARROW_CHARS:
+        return 0.42
+    if ch in _WIDE_CHARS:
+        return 1.02
+    if ord(ch) >= 0x2E80:  # CJK and other full-width scripts
+        return 1.05
+    if ch.isupper():
+        return 0.80
+    return 0.66
+
+
+def _text_width(text: str, font_px: float) -> float:
+    """A generous estimate of the rendered width of ``text`` (SVG has no layout of its own)."""
+    return font_px * sum(_char_em(ch) for ch in text)
+
+
+_TICK_PX = 11  # svg .tick font size (CSS below)
+_LEGEND_PX = 12
+_TITLE_PX = 13
+_FLAT_GAP = 8  # px of white space between two horizontal x labels
+# Slanted x labels: 60° steep, 16 px apart, so neighbours are 16 * sin 60° = 13.9 px apart across
+# the slant, more than the 12.8 px line box of an 11 px DejaVu Sans label.
+_SLANT_DEG = 60
+_SLANT_PITCH = 16
+_SIN, _COS = math.sin(math.radians(_SLANT_DEG)), math.cos(math.radians(_SLANT_DEG))
+
+
+@dataclass(frozen=True)
+class _XAxis:
+    """Where the x labels go: the chart width they need, their slant, and which columns get one."""
+
+    width: int
+    left: int
+    bottom: int
+    rotated: bool
+    every: int  # a label on every ``every``-th column (1: all of them)
+
+
+def _x_axis(labels: Sequence[str], *, width: int, max_width: int, left: int, right: int) -> _XAxis:
+    """Grow the chart until every label fits flat; past ``max_width`` slant them, then thin them."""
+    n = max(len(labels), 1)
+    label_w = max((_text_width(label, _TICK_PX) for label in labels), default=0.0)
+    cap = max(width, max_width)
+    flat = left + right + math.ceil(n * (label_w + _FLAT_GAP))
+    if flat <= cap:
+        return _XAxis(width=max(width, flat), left=left, bottom=46, rotated=False, every=1)
+    # Rotated and anchored at their end, labels hang down-left of their column.
+    drop = math.ceil((label_w + 6) * _SIN + _TICK_PX * _COS)
+    reach = math.ceil((label_w + 6) * _COS)
+    wide = min(cap, max(width, left + right + n * _SLANT_PITCH))
+    pitch = (wide - left - right) / n
+    every = max(1, math.ceil(_SLANT_PITCH / pitch - 1e-9))
+    left = max(left, math.ceil(reach - pitch / 2) + 4)
+    return _XAxis(width=wide, left=left, bottom=drop + 24, rotated=True, every=every)
+
+
 def line_plot_svg(
     labels: Sequence[str],
     series: Mapping[str, Sequence[float | None]],
@@ -165,13 +233,24 @@ def line_plot_svg(
     hollow: Sequence[bool] = (),
     width: int = 760,
     height: int = 300,
+    max_width: int = 1320,
 ) -> str:
     """A line chart on a 0..1 axis: one polyline per series, gaps where a value is None.
 
-    ``hollow[i]`` draws the markers of column i unfilled (e.g. rejected versions).
+    ``hollow[i]`` draws the markers of column i unfilled (e.g. rejected versions). ``width`` and
+    ``height`` are the minimum size: the chart widens (up to ``max_width``) so that every x label
+    fits flat; beyond that the labels are slanted 60°, and if they still crowd only every k-th
+    column is labelled (each marker keeps its label in its tooltip). The legend and the plot
+    height are kept, the bottom margin grows with slanted labels.
     """
-    left, right, top, bottom = 48, 170, 30, 46
-    pw, ph = width - left - right, height - top - bottom
+    legend_w = max((_text_width(name, _LEGEND_PX) for name in series), default=0.0)
+    right = max(120, math.ceil(42 + legend_w + 12))
+    axis = _x_axis(labels, width=width, max_width=max_width, left=48, right=right)
+    left, top, bottom = axis.left, 30, axis.bottom
+    width = max(axis.width, math.ceil(left + _text_width(title, _TITLE_PX) * 1.1 + 12))  # title is bold
+    ph = height - top - 46
+    height = top + ph + bottom
+    pw = width - left - right
     n = max(len(labels), 1)
 
     def x(i: int) -> float:
@@ -188,10 +267,20 @@ def line_plot_svg(
         ty = y(tick)
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{ty:.1f}" y2="{ty:.1f}" class="grid"/>')
         out.append(f'<text x="{left - 6}" y="{ty + 4:.1f}" text-anchor="end" class="tick">{tick:.2f}</text>')
+    base = top + ph
     for i, label in enumerate(labels):
-        out.append(f'<text x="{x(i):.1f}" y="{top + ph + 16}" text-anchor="middle" class="tick">{_e(label)}</text>')
-    out.append(f'<line x1="{left}" x2="{left}" y1="{top}" y2="{top + ph}" class="axis"/>')
-    out.append(f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" class="axis"/>')
+        out.append(f'<line x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{base}" y2="{base + 4}" class="axis"/>')
+        if i % axis.every:
+            continue
+        if axis.rotated:
+            lx, ly = x(i) + 4, base + 12
+            out.append(f'<text x="{lx:.1f}" y="{ly}" text-anchor="end" transform="rotate(-{_SLANT_DEG} {lx:.1f} {ly})" '
+                       f'class="tick xtick">{_e(label)}</text>')
+        else:
+            out.append(f'<text x="{x(i):.1f}" y="{base + 16}" text-anchor="middle" class="tick xtick">'
+                       f'{_e(label)}</text>')
+    out.append(f'<line x1="{left}" x2="{left}" y1="{top}" y2="{base}" class="axis"/>')
+    out.append(f'<line x1="{left}" x2="{left + pw}" y1="{base}" y2="{base}" class="axis"/>')
     for s, (name, values) in enumerate(series.items()):
         color = SERIES_COLORS[s % len(SERIES_COLORS)]
         width_px = 2.5 if s == 0 else 1.5
@@ -223,15 +312,34 @@ def line_plot_svg(
     return "\n".join(out)
 
 
+_SUMMARY_CHARS = 90  # longer summaries are cut in the graph; the table and the tooltip keep them whole
+
+
+def _lineage_label(v: VersionInfo, marks: dict[str, str | None]) -> tuple[str, str]:
+    """(label, summary) of a lineage node: name, status, set_F and marks; the summary, shortened."""
+    tags = [m for m, name in marks.items() if name == v.name]
+    set_f = v.record.scores.overall.get("set_F") if v.record and v.record.scores else None
+    label = f"{v.name} {v.status}" + (f" set_F {set_f:.3f}" if isinstance(set_f, (int, float)) else "")
+    label += f" [{', '.join(tags)}]" if tags else ""
+    summary = v.summary if len(v.summary) <= _SUMMARY_CHARS else v.summary[:_SUMMARY_CHARS - 1] + "…"
+    return label, summary
+
+
 def lineage_svg(versions: Sequence[VersionInfo], marks: dict[str, str | None]) -> str:
-    """The version tree: one row per version, indented by depth, edges from parent to child."""
+    """The version tree: one row per version, indented by depth, edges from parent to child.
+
+    The width is the tree plus the widest label (estimated generously), so no label is cut.
+    """
     depth: dict[str, int] = {}
     row = {v.name: i for i, v in enumerate(versions)}
     for v in versions:
         depth[v.name] = depth[v.parent] + 1 if v.parent in depth else 0
     step_x, step_y, left, top = 34, 30, 20, 24
     max_depth = max(depth.values(), default=0)
-    width = left + step_x * (max_depth + 1) + 420
+    text_x = left + step_x * (max_depth + 1)
+    labels = {v.name: _lineage_label(v, marks) for v in versions}
+    text_w = max((_text_width(f"{label} {summary}", 12) for label, summary in labels.values()), default=0.0)
+    width = max(240, math.ceil(text_x + text_w + 16))
     height = top + step_y * max(len(versions), 1)
 
     def pos(name: str) -> tuple[int, int]:
@@ -244,18 +352,14 @@ def lineage_svg(versions: Sequence[VersionInfo], marks: dict[str, str | None]) -
             (px, py), (cx, cy) = pos(v.parent), pos(v.name)
             out.append(f'<path d="M{px},{py} L{px},{cy} L{cx},{cy}" fill="none" class="edge" '
                        f'data-edge="{_e(v.parent)}-{_e(v.name)}"/>')
-    text_x = left + step_x * (max_depth + 1)
     for v in versions:
         cx, cy = pos(v.name)
         color = STATUS_COLORS.get(v.status, "#bdbdbd")
-        tags = [m for m, name in marks.items() if name == v.name]
-        set_f = v.record.scores.overall.get("set_F") if v.record and v.record.scores else None
-        label = f"{v.name}  {v.status}" + (f"  set_F {set_f:.3f}" if isinstance(set_f, (int, float)) else "")
-        label += f"  [{', '.join(tags)}]" if tags else ""
+        label, summary = labels[v.name]
         out.append(f'<circle cx="{cx}" cy="{cy}" r="7" fill="{color}" class="node" data-version="{_e(v.name)}">'
                    f'<title>{_e(v.name)}: {_e(v.summary)}</title></circle>')
         out.append(f'<text x="{text_x}" y="{cy + 4}" class="node-label">{_e(label)}'
-                   f'<tspan class="muted"> {_e(v.summary[:60])}</tspan></text>')
+                   f'<tspan class="muted"> {_e(summary)}</tspan></text>')
     out.append("</svg>")
     return "\n".join(out)
 
@@ -302,8 +406,9 @@ def _scores_plot(data: ReportData) -> str:
     series: dict[str, list[float | None]] = {"set_F": [_num(r.scores.overall.get("set_F")) for r in scored]}
     for fam in FAMILIES:
         series[fam] = [_num(r.scores.families.get(fam)) for r in scored]
-    return line_plot_svg(labels, series, title="scores per version (validation): set_F and component F1 by family",
-                         hollow=[r.status in ("rejected", "invalid") for r in scored])
+    svg = line_plot_svg(labels, series, title="scores per version (validation): set_F and component F1 by family",
+                        hollow=[r.status in ("rejected", "invalid") for r in scored])
+    return f'<div class="scroll">{svg}</div>'
 
 
 def _num(value: object) -> float | None:
@@ -313,32 +418,83 @@ def _num(value: object) -> float | None:
 def _tables(data: ReportData) -> str:
     if not data.records:
         return '<p class="muted">The ledger has no version records yet.</p>'
-    parts = [_table_html(feature_table(data.records), css="features")]
+    # Wide tables (one column per version) scroll inside the page instead of widening it.
+    parts = [f'<div class="scroll">{_table_html(feature_table(data.records), css="features")}</div>']
     try:
-        parts.append(_table_html(metric_table(data.records, REPORT_METRICS), css="metrics"))
+        parts.append(f'<div class="scroll">{_table_html(metric_table(data.records, REPORT_METRICS), css="metrics")}'
+                     "</div>")
     except LedgerError as exc:  # collect() keeps one context, so this only guards future changes
         parts.append(f'<p class="warning">{_e(exc)}</p>')
     return "\n".join(parts)
 
 
-def _is_correct(outcome: str | None) -> bool:
-    return outcome == "correct"
+CHANGE_KINDS: tuple[str, ...] = ("fixed", "improved", "worsened", "broke")
+# Triangles (plus a cell outline) for crossing the correct line, arrows for set_F moves.
+CHANGE_MARKS: dict[str, str] = {"fixed": "▲", "improved": "↑", "worsened": "↓", "broke": "▼"}
+CHANGE_MEANING: dict[str, str] = {
+    "fixed": "correct now, not in the parent",
+    "improved": "set_F up vs the parent, not yet correct",
+    "worsened": "set_F down vs the parent, was not correct either",
+    "broke": "correct in the parent, not now",
+}
+_BETTER, _WORSE = ("fixed", "improved"), ("worsened", "broke")
+_SET_F_EPS = 1e-9  # per-question set_F is a ratio of small counts; this only absorbs float noise
 
 
-def changes(child: VersionRecord, parent: VersionRecord | None) -> tuple[list[str], list[str]]:
-    """(fixed, broke): questions correct now but not in the parent, and the reverse."""
+def question_change(now: QuestionOutcome | None, before: QuestionOutcome | None) -> str | None:
+    """How one question moved from the parent (``before``) to the child (``now``), if at all.
+
+    Reaching or losing ``correct`` wins (``fixed`` / ``broke``; this catches a wrong answer order,
+    where set_F stays 1); otherwise the per-question set_F decides (``improved`` / ``worsened``).
+    A question missing on either side, or without gold on either side, has no change.
+    """
+    if now is None or before is None or "gold_unavailable" in (now.outcome, before.outcome):
+        return None
+    now_ok, before_ok = now.outcome == "correct", before.outcome == "correct"
+    if now_ok != before_ok:
+        return "fixed" if now_ok else "broke"
+    if now.set_F is None or before.set_F is None:
+        return None
+    if now.set_F > before.set_F + _SET_F_EPS:
+        return "improved"
+    if now.set_F < before.set_F - _SET_F_EPS:
+        return "worsened"
+    return None
+
+
+@dataclass(frozen=True)
+class Changes:
+    """Per-question changes of a version relative to its parent: uid -> one of CHANGE_KINDS."""
+
+    kinds: dict[str, str] = field(default_factory=dict)
+
+    def of(self, kind: str) -> list[str]:
+        return sorted((u for u, k in self.kinds.items() if k == kind), key=_uid_key)
+
+    @property
+    def better(self) -> list[str]:
+        """Questions fixed or improved."""
+        return sorted((u for u, k in self.kinds.items() if k in _BETTER), key=_uid_key)
+
+    @property
+    def worse(self) -> list[str]:
+        """Questions worsened or broken."""
+        return sorted((u for u, k in self.kinds.items() if k in _WORSE), key=_uid_key)
+
+    def counts(self) -> str:
+        return ", ".join(f"{len(self.of(k))} {k}" for k in CHANGE_KINDS)
+
+
+def changes(child: VersionRecord, parent: VersionRecord | None) -> Changes:
+    """Every question whose outcome moved between ``parent`` and ``child`` (see ``question_change``)."""
     if parent is None:
-        return [], []
-    fixed, broke = [], []
-    for uid in sorted(set(child.outcomes) | set(parent.outcomes)):
-        now = child.outcomes.get(uid)
-        before = parent.outcomes.get(uid)
-        now_ok, before_ok = _is_correct(now.outcome if now else None), _is_correct(before.outcome if before else None)
-        if now_ok and not before_ok and before is not None:
-            fixed.append(uid)
-        elif before_ok and not now_ok and now is not None:
-            broke.append(uid)
-    return fixed, broke
+        return Changes()
+    kinds = {}
+    for uid in set(child.outcomes) | set(parent.outcomes):
+        kind = question_change(child.outcomes.get(uid), parent.outcomes.get(uid))
+        if kind is not None:
+            kinds[uid] = kind
+    return Changes(kinds)
 
 
 def _uid_key(uid: str) -> tuple[str, int, str]:
@@ -347,20 +503,31 @@ def _uid_key(uid: str) -> tuple[str, int, str]:
     return (prefix, int(qid) if qid.isdigit() else 1 << 30, rest if not qid.isdigit() else lang)
 
 
+def _ink(background: str) -> str:
+    """Black or white, whichever reads better on ``background`` (#rrggbb)."""
+    r, g, b = (int(background[i:i + 2], 16) for i in (1, 3, 5))
+    return "#000000" if 0.299 * r + 0.587 * g + 0.114 * b > 150 else "#ffffff"
+
+
+def _fmt_f(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
 def _outcome_matrix(data: ReportData) -> str:
     evaluated = [v for v in data.versions if v.record is not None and v.record.outcomes]
     if not evaluated:
         return '<p class="muted">No per-question outcomes recorded yet.</p>'
     by_name = {v.name: v for v in data.versions}
     uids = sorted({u for v in evaluated for u in v.record.outcomes}, key=_uid_key)  # type: ignore[union-attr]
-    flags: dict[str, dict[str, str]] = {}
+    moved: dict[str, Changes] = {}
     head = ['<th class="q">question</th>']
     for v in evaluated:
         parent = by_name.get(v.parent or "")
-        fixed, broke = changes(v.record, parent.record if parent else None)  # type: ignore[arg-type]
-        flags[v.name] = {**{u: "fixed" for u in fixed}, **{u: "broke" for u in broke}}
-        head.append(f'<th title="{_e(v.status)}" class="status-{_e(v.status)}">{_e(v.name)}<br>'
-                    f'<small>+{len(fixed)} / −{len(broke)}</small></th>')
+        ch = changes(v.record, parent.record if parent else None)  # type: ignore[arg-type]
+        moved[v.name] = ch
+        tip = f"{v.status}; vs {v.parent}: {ch.counts()}" if v.parent else v.status
+        head.append(f'<th title="{_e(tip)}" class="status-{_e(v.status)}">{_e(v.name)}<br>'
+                    f'<small class="counts">+{len(ch.better)} / −{len(ch.worse)}</small></th>')
     rows = []
     for uid in uids:
         text = data.questions.get(uid, "")
@@ -370,16 +537,25 @@ def _outcome_matrix(data: ReportData) -> str:
             if o is None:
                 cells.append('<td class="cell none" title="not evaluated"></td>')
                 continue
-            flag = flags[v.name].get(uid, "")
-            mark = {"fixed": "▲", "broke": "▼"}.get(flag, "")
+            flag = moved[v.name].kinds.get(uid, "")
             tip = f"{uid} {v.name}: {o.outcome}" + (f" set_F {o.set_F:.3f}" if o.set_F is not None else "")
-            tip += f" ({flag} vs {v.parent})" if flag else ""
-            cells.append(f'<td class="cell {_e(o.outcome)} {flag}" style="background:{OUTCOME_COLORS.get(o.outcome, "#fff")}"'
-                         f' title="{_e(tip)}">{mark}</td>')
+            if flag:
+                parent_record = by_name[v.parent or ""].record
+                before = parent_record.outcomes.get(uid) if parent_record else None
+                tip += (f" ({flag} vs {v.parent}: {before.outcome if before else '–'}, "
+                        f"set_F {_fmt_f(before.set_F if before else None)} → {_fmt_f(o.set_F)})")
+            color = OUTCOME_COLORS.get(o.outcome, "#ffffff")
+            cells.append(f'<td class="cell {_e(o.outcome)} {flag}" style="background:{color};color:{_ink(color)}"'
+                         f' title="{_e(tip)}">{CHANGE_MARKS.get(flag, "")}</td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
     legend = " ".join(f'<span class="swatch" style="background:{c}"></span>{_e(o)}' for o, c in OUTCOME_COLORS.items()
                       if o in OUTCOMES)
-    return (f'<p class="legend">{legend} &nbsp; ▲ fixed vs parent &nbsp; ▼ broke vs parent</p>'
+    marks = " ".join(f'<span class="change {k}"><b>{CHANGE_MARKS[k]}</b> {_e(k)}: {_e(CHANGE_MEANING[k])}</span>'
+                     for k in CHANGE_KINDS)
+    return (f'<p class="legend">{legend}</p>'
+            f'<p class="legend change-legend">Change of each question relative to the parent version, by its '
+            f"outcome and set_F: {marks}<br>Column heads count <b>+</b> fixed or improved / <b>−</b> worsened "
+            f"or broke.</p>"
             f'<div class="scroll"><table class="matrix"><caption>questions x versions (outcome)</caption>'
             f'<thead><tr>{"".join(head)}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
 
@@ -402,7 +578,7 @@ def _version_sections(data: ReportData) -> str:
     for v in data.versions:
         r = v.record
         parent = by_name.get(v.parent or "")
-        fixed, broke = changes(r, parent.record if parent else None) if r else ([], [])
+        moved = changes(r, parent.record if parent else None) if r else Changes()
         facts = [("parent", v.parent or "–"), ("status", v.status), ("commit", v.commit[:12]),
                  ("feature", v.feature or "–"), ("proposer", r.proposer if r else "–"),
                  ("reason", r.reason if r else "–")]
@@ -415,9 +591,10 @@ def _version_sections(data: ReportData) -> str:
         dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(val)}</dd>" for k, val in facts)
         rationale = (r.rationale if r and r.rationale else v.rationale) or ""
         change_list = ""
-        if fixed or broke:
-            change_list = (f"<p><b>fixed</b> ({len(fixed)}): {_e(', '.join(fixed) or '–')}<br>"
-                           f"<b>broke</b> ({len(broke)}): {_e(', '.join(broke) or '–')}</p>")
+        if moved.kinds:
+            change_list = "<p>" + "<br>".join(
+                f"<b>{CHANGE_MARKS[k]} {_e(k)}</b> ({len(moved.of(k))}): {_e(', '.join(moved.of(k)) or '–')}"
+                for k in CHANGE_KINDS) + "</p>"
         parts.append(
             f'<section class="version status-{_e(v.status)}" id="{_e(v.name)}"><h3>{_e(v.name)}: {_e(v.summary)}</h3>'
             f'<dl>{dl}</dl>{change_list}<h4>rationale</h4><pre class="rationale">{_e(rationale or "–")}</pre>'
@@ -489,8 +666,12 @@ tr.status-invalid th:first-child{border-left:4px solid #757575}
 table.matrix thead th{white-space:nowrap}
 table.matrix td.cell{width:26px;min-width:26px;height:18px;text-align:center;color:#fff;font-size:11px;padding:0}
 table.matrix td.cell.none{background:#fff}
+table.matrix td.cell{font-size:13px;font-weight:bold;line-height:18px}
 table.matrix td.broke{outline:2px solid #000;outline-offset:-2px}
 table.matrix td.fixed{outline:2px dashed #000;outline-offset:-2px}
+p.change-legend span.change{white-space:nowrap;margin-right:14px}
+p.change-legend span.fixed,p.change-legend span.broke{border:1px dashed #000;padding:0 3px}
+p.change-legend span.broke{border-style:solid}
 table.matrix th.q{font-weight:normal;white-space:nowrap;max-width:520px;overflow:hidden;text-overflow:ellipsis}
 .swatch{display:inline-block;width:12px;height:12px;margin:0 3px 0 10px;vertical-align:middle;border:1px solid #999}
 pre{background:#f8f8f8;border:1px solid #e4e4e4;padding:8px;overflow-x:auto;font-size:12px;white-space:pre-wrap}
@@ -526,7 +707,7 @@ def render_report(data: ReportData) -> str:
 <p class="muted">{_e(len(data.versions))} versions ({_e(summary)}) · {_e(ctx_line)} · marks: {_e(marks)} · generated {_e(generated)}</p>
 {''.join(f'<p class="warning">{_e(n)}</p>' for n in notes)}
 <h2 id="lineage">Lineage</h2>
-{lineage_svg(data.versions, data.marks)}
+<div class="scroll">{lineage_svg(data.versions, data.marks)}</div>
 {_lineage_table(data)}
 <h2 id="scores">Scores per version</h2>
 {_scores_plot(data)}

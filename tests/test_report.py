@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -14,8 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from researcher.ledger import VersionRecord
-from researcher.report import changes, line_plot_svg, write_report
+from researcher.ledger import QuestionOutcome, VersionRecord
+from researcher.report import (
+    VersionInfo,
+    changes,
+    line_plot_svg,
+    lineage_svg,
+    question_change,
+    write_report,
+)
 from researcher.workspace import Workspace, init_workspace
 
 EVIL = "<script>alert('x')</script>"
@@ -25,8 +33,9 @@ def _ctx(ws: Workspace) -> dict[str, object]:
     return {**ws.data.context("validation"), "spec_commit": None}
 
 
-def _record(ws: Workspace, name: str, status: str, set_f: float, outcomes: dict[str, str], **extra: object
-            ) -> VersionRecord:
+def _record(ws: Workspace, name: str, status: str, set_f: float, outcomes: dict[str, str | tuple[str, float]],
+            **extra: object) -> VersionRecord:
+    """``outcomes``: uid -> outcome (set_F 1 if correct else 0) or (outcome, set_F)."""
     v = ws.versions.get(name)
     scored = status != "invalid"
     return VersionRecord(
@@ -37,7 +46,8 @@ def _record(ws: Workspace, name: str, status: str, set_f: float, outcomes: dict[
         scores=({"overall": {"set_F": set_f, "set_P": set_f, "set_recall": set_f, "exact_match": 0.1},
                  "families": {"nodes": set_f / 2, "predicates": 0.8, "inner_operators": 0.5, "outer_operators": 0.9}}
                 if scored else {}),
-        outcomes={u: {"outcome": o, "set_F": 1.0 if o == "correct" else 0.0} for u, o in outcomes.items()},
+        outcomes={u: ({"outcome": o[0], "set_F": o[1]} if isinstance(o, tuple)
+                      else {"outcome": o, "set_F": 1.0 if o == "correct" else 0.0}) for u, o in outcomes.items()},
         **extra,
     )
 
@@ -61,9 +71,9 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     ws.ledger.append(_record(ws, "v1", "baseline", 0.5,
                              {a: "correct", b: "wrong_answer", c: "correct", d: "empty_result"}))
     ws.ledger.append(_record(ws, "v2", "accepted", 0.75,
-                             {a: "correct", b: "correct", c: "syntax_error", d: "correct"}))
+                             {a: "correct", b: "correct", c: "syntax_error", d: ("partially_correct", 0.5)}))
     ws.ledger.append(_record(ws, "v3", "rejected", 0.7,
-                             {a: "partially_correct", b: "correct", c: "correct", d: "correct"}))
+                             {a: "partially_correct", b: "correct", c: "correct", d: "wrong_answer"}))
     ws.ledger.append(_record(ws, "v4", "invalid", 0.0, {}))
     ws.ledger.append_event("test_evaluation", "v2", {"test": {"set_F": 0.6125, "set_P": 0.7, "n": 12},
                                                      "validation": {"set_F": 0.75}, "test_context": {"split": "test"}})
@@ -130,25 +140,166 @@ def html_escaped(text: str) -> str:
     return html.escape(text, quote=True)
 
 
-def test_outcome_matrix_marks_fixed_and_broken(workspace: Workspace, report: Path) -> None:
-    a, b, c, _ = workspace.__dict__["uids"]
+def test_outcome_matrix_marks_changes_by_set_f(workspace: Workspace, report: Path) -> None:
+    a, b, c, d = workspace.__dict__["uids"]
     page = report.read_text(encoding="utf-8")
-    cells = re.findall(r'<td class="cell ([a-z_]+) ?([a-z]*)" style="background:(#[0-9a-f]+)" title="([^"]*)"', page)
-    by_title = {t.split(": ")[0]: (o, f, col) for o, f, col, t in cells}
-    assert by_title[f"{b} v2"] == ("correct", "fixed", "#2e7d32")
-    assert by_title[f"{c} v2"] == ("syntax_error", "broke", "#8e24aa")
+    cells = re.findall(r'<td class="cell ([a-z_]+) ?([a-z]*)" style="background:(#[0-9a-f]+);color:#[0-9a-f]+" '
+                       r'title="([^"]*)">([^<]*)</td>', page)
+    by_title = {t.split(": ")[0]: (o, f, col, mark) for o, f, col, t, mark in cells}
+    assert by_title[f"{b} v2"] == ("correct", "fixed", "#2e7d32", "▲")
+    assert by_title[f"{c} v2"] == ("syntax_error", "broke", "#8e24aa", "▼")
+    assert by_title[f"{d} v2"][:2] == ("partially_correct", "improved")  # empty_result 0 -> 0.5
     assert by_title[f"{a} v3"][:2] == ("partially_correct", "broke")  # relative to v2, its parent
     assert by_title[f"{c} v3"][:2] == ("correct", "fixed")
-    assert by_title[f"{a} v2"][:2] == ("correct", "")
+    # partially_correct -> wrong_answer: never correct on either side, yet a regression
+    assert by_title[f"{d} v3"][:2] == ("wrong_answer", "worsened")
+    assert by_title[f"{d} v3"][3] == "↓" and by_title[f"{d} v2"][3] == "↑"
+    assert by_title[f"{a} v2"] == ("correct", "", "#2e7d32", "")
     assert len(cells) == 12  # 4 questions x 3 evaluated versions; the invalid v4 has no column
-    assert "+2 / −1" in page  # v2 fixed b, d and broke c
+    counts = re.findall(r'<small class="counts">([^<]*)</small>', page)
+    assert counts == ["+0 / −0", "+2 / −1", "+1 / −2"]  # v1; v2 fixed b, improved d, broke c; v3
+    tip = re.search(rf'title="({re.escape(d)} v3: [^"]*)"', page)
+    assert tip and "worsened vs v2: partially_correct, set_F 0.500 → 0.000" in tip.group(1)
+    # the legend explains every marker
+    legend = re.search(r'<p class="legend change-legend">(.*?)</p>', page, re.DOTALL)
+    assert legend and all(f"<b>{m}</b> {k}" in legend.group(1) for k, m in
+                          (("fixed", "▲"), ("improved", "↑"), ("worsened", "↓"), ("broke", "▼")))
+    # the version section of v3 lists its changes by kind
+    section = page[page.index('id="v3"'):page.index('id="v4"')]
+    assert f"<b>↓ worsened</b> (1): {d}" in section and f"<b>▼ broke</b> (1): {a}" in section
 
 
 def test_changes_against_parent(workspace: Workspace) -> None:
     recs = {r.version: r for r in workspace.ledger.versions()}
-    _, b, c, d = workspace.__dict__["uids"]
-    assert changes(recs["v2"], recs["v1"]) == (sorted([b, d]), [c])
-    assert changes(recs["v1"], None) == ([], [])
+    a, b, c, d = workspace.__dict__["uids"]
+    v2 = changes(recs["v2"], recs["v1"])
+    assert (v2.of("fixed"), v2.of("improved"), v2.of("worsened"), v2.of("broke")) == ([b], [d], [], [c])
+    assert set(v2.better) == {b, d} and v2.worse == [c]
+    v3 = changes(recs["v3"], recs["v2"])
+    assert v3.kinds == {a: "broke", c: "fixed", d: "worsened"}
+    assert changes(recs["v1"], None).kinds == {}
+
+
+@pytest.mark.parametrize(("before", "now", "kind"), [
+    (("partially_correct", 0.4), ("wrong_answer", 0.0), "worsened"),
+    (("partially_correct", 0.4), ("partially_correct", 0.2), "worsened"),
+    (("wrong_answer", 0.0), ("partially_correct", 0.3), "improved"),
+    (("empty_result", 0.0), ("partially_correct", 0.3), "improved"),
+    (("partially_correct", 1.0), ("correct", 1.0), "fixed"),  # right set, now in the right order
+    (("wrong_answer", 0.0), ("correct", 1.0), "fixed"),
+    (("correct", 1.0), ("partially_correct", 0.9), "broke"),
+    (("correct", 1.0), ("timeout", 0.0), "broke"),
+    (("wrong_answer", 0.0), ("empty_result", 0.0), None),  # same set_F: no change
+    (("partially_correct", 0.5), ("partially_correct", 0.5), None),
+    (("correct", 1.0), ("correct", 1.0), None),
+    (("gold_unavailable", None), ("correct", 1.0), None),  # nothing to compare against
+    (("partially_correct", None), ("partially_correct", 0.5), None),
+])
+def test_question_change(before: tuple[str, float | None], now: tuple[str, float | None], kind: str | None) -> None:
+    def outcome(o: tuple[str, float | None]) -> QuestionOutcome:
+        return QuestionOutcome(outcome=o[0], set_F=o[1])
+
+    assert question_change(outcome(now), outcome(before)) == kind
+    assert question_change(outcome(now), None) is None and question_change(None, outcome(before)) is None
+
+
+# ------------------------------------------------------------------------------------ SVG layout
+
+_XTICK = re.compile(r'<text x="([0-9.]+)" y="([0-9.]+)" text-anchor="(middle|end)"( transform="rotate\(-(\d+) '
+                    r'[0-9.]+ [0-9.]+\)")? class="tick xtick">([^<]*)</text>')
+
+
+def _svg_size(svg: str) -> tuple[int, int]:
+    m = re.search(r'<svg [^>]*width="(\d+)" height="(\d+)"', svg)
+    assert m
+    return int(m.group(1)), int(m.group(2))
+
+
+def _xticks(svg: str) -> list[tuple[float, str, int]]:
+    """(x, label, slant in degrees) of every x-axis label, left to right."""
+    return [(float(m.group(1)), m.group(6), int(m.group(5) or 0)) for m in _XTICK.finditer(svg)]
+
+
+def _labels(n: int) -> list[str]:
+    return [f"v{i}" for i in range(1, n + 1)]
+
+
+def test_plot_x_labels_of_thirty_versions_all_present_flat_and_apart() -> None:
+    labels = _labels(31)
+    svg = line_plot_svg(labels, {"set_F": [0.5] * 31}, title="t")
+    ticks = _xticks(svg)
+    assert [t[1] for t in ticks] == labels and {t[2] for t in ticks} == {0}
+    # "v10".."v31": 3 glyphs of at most 0.64 em at 11 px = 21 px; 6 px of white space between
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(ticks)]
+    assert min(gaps) >= 27
+    width, _ = _svg_size(svg)
+    assert 760 < width <= 1320  # grew past the default to make room
+    assert ticks[-1][0] + 12 < width - 120  # the last label stays clear of the legend column
+
+
+def test_plot_few_labels_keep_the_default_size() -> None:
+    svg = line_plot_svg(["v1", "v2", "v3"], {"set_F": [0.1, 0.2, 0.3]}, title="t")
+    assert _svg_size(svg) == (760, 300) and len(_xticks(svg)) == 3
+
+
+@pytest.mark.parametrize("n", [45, 70])
+def test_plot_crowded_labels_slant_and_all_stay(n: int) -> None:
+    labels = _labels(n)
+    svg = line_plot_svg(labels, {"set_F": [0.5] * n}, title="t")
+    ticks = _xticks(svg)
+    assert [t[1] for t in ticks] == labels and {t[2] for t in ticks} == {60}
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(ticks)]
+    assert min(gaps) >= 15.9  # 13.8 px across the 60° slant: more than an 11 px line
+    width, height = _svg_size(svg)
+    assert width <= 1320 and height > 300  # the slanted labels get their own room below
+
+
+def test_plot_very_crowded_labels_are_thinned_but_every_column_keeps_a_tick() -> None:
+    labels = _labels(300)
+    svg = line_plot_svg(labels, {"set_F": [0.5] * 300}, title="t")
+    ticks = _xticks(svg)
+    shown = [t[1] for t in ticks]
+    assert shown[0] == "v1" and 15 < len(shown) < 300
+    step = labels.index(shown[1])
+    assert shown == labels[::step]  # a regular stride
+    assert min(b[0] - a[0] for a, b in itertools.pairwise(ticks)) >= 15.9
+    assert _svg_size(svg)[0] <= 1320
+    assert svg.count('class="axis"/>') == 300 + 2  # a tick mark per column, plus the two axes
+    assert svg.count("<title>set_F v300: 0.500</title>") == 1  # unlabelled columns keep their tooltip
+
+
+def test_plot_long_labels_and_legend_names_widen_the_margins() -> None:
+    long = ["v1-experimental-branch", "v2-experimental-branch"]
+    svg = line_plot_svg(long, {"a_really_long_series_name_for_the_legend": [0.2, 0.4]}, title="t")
+    ticks = _xticks(svg)
+    assert len(ticks) == 2 and ticks[1][0] - ticks[0][0] >= 0.6 * 11 * len(long[0])
+    legend_x = float(re.findall(r'<text x="([0-9.]+)" y="[0-9.]+" class="legend">', svg)[0])
+    assert _svg_size(svg)[0] - legend_x >= 0.6 * 12 * len("a_really_long_series_name_for_the_legend")
+
+
+def _info(name: str, parent: str | None, summary: str) -> VersionInfo:
+    return VersionInfo(name, parent, "0" * 40, summary, "", "", None)
+
+
+def test_lineage_width_grows_with_the_longest_label() -> None:
+    short = lineage_svg([_info("v1", None, "seed"), _info("v2", "v1", "few_shot 2")], {})
+    summary = "set tools.surface_forms.fuzzy_threshold to 90 and WWW MMM"
+    long = lineage_svg([_info("v1", None, "seed"), _info("v2", "v1", summary)], {"best": "v2"})
+    (w_short, _), (w_long, _) = _svg_size(short), _svg_size(long)
+    label = f"v2 unrecorded [best] {summary}"
+    assert w_long - w_short >= 0.6 * 12 * (len(summary) - len("few_shot 2"))
+    text_x = int(re.search(r'<text x="(\d+)"', long).group(1))  # type: ignore[union-attr]
+    assert w_long >= text_x + 0.6 * 12 * len(label)  # room for the whole label, not a fixed 420 px
+    assert summary in long  # shown whole
+    deep = lineage_svg([_info(f"v{i}", f"v{i - 1}" if i > 1 else None, summary) for i in range(1, 9)],
+                       {"best": "v8"})
+    assert _svg_size(deep)[0] >= w_long + 6 * 34  # deeper trees push the labels right, and the width
+
+
+def test_lineage_cuts_only_very_long_summaries() -> None:
+    svg = lineage_svg([_info("v1", None, "x" * 300)], {})
+    assert "x" * 89 + "…" in svg and "x" * 90 not in svg.split("<title>version lineage</title>")[1].split("</title>")[1]
+    assert _svg_size(svg)[0] < 1200
 
 
 def test_plot_gaps_and_escaping() -> None:
@@ -259,3 +410,65 @@ def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> No
     # the lineage nodes and plot lines are drawn: status/series colors appear on screen
     assert bytes.fromhex("2e7d32") in colors or bytes.fromhex("1565c0") in colors
     assert len(colors) > 20
+
+
+# Measures every SVG of the page as laid out: text outside its SVG box, x labels that touch.
+_SVG_PROBE = """<script>
+window.addEventListener('load', () => {
+  const out = [...document.querySelectorAll('svg')].map(svg => {
+    const s = svg.getBoundingClientRect();
+    const texts = [...svg.querySelectorAll('text')];
+    const outside = texts.filter(t => {
+      const r = t.getBoundingClientRect();
+      return r.left < s.left - 0.5 || r.right > s.right + 0.5 || r.top < s.top - 0.5 || r.bottom > s.bottom + 0.5;
+    }).map(t => t.textContent);
+    const ticks = [...svg.querySelectorAll('text.xtick')];
+    const crowded = [];
+    for (let i = 1; i < ticks.length; i++) {
+      const a = ticks[i - 1], b = ticks[i];
+      const slant = /rotate\\(-(\\d+)/.exec(a.getAttribute('transform') || '');
+      if (slant) {  // parallel slanted lines: their distance across the slant must exceed a line box
+        const dx = b.x.baseVal[0].value - a.x.baseVal[0].value;
+        if (dx * Math.sin(slant[1] * Math.PI / 180) < a.getBBox().height) crowded.push(a.textContent);
+      } else if (a.getBoundingClientRect().right + 2 > b.getBoundingClientRect().left) {
+        crowded.push(a.textContent);
+      }
+    }
+    const labels = [...svg.querySelectorAll('text.node-label')].map(t => t.getBoundingClientRect().right - s.left);
+    return {outside, crowded, ticks: ticks.length, width: s.width, labelRight: Math.max(0, ...labels)};
+  });
+  document.body.setAttribute('data-probe', JSON.stringify(out));
+});
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian: apt-get install -y chromium)")
+def test_svg_text_fits_when_rendered(report: Path, tmp_path: Path) -> None:
+    import html
+
+    style = re.search(r"<style>.*?</style>", report.read_text(encoding="utf-8"), re.DOTALL)
+    assert style  # the report's own CSS sets the SVG font sizes
+    plots = [line_plot_svg(_labels(n), {"set_F": [0.5] * n, "nodes": [0.2] * n}, title=f"{n} versions")
+             for n in (31, 70, 300)]
+    plots.append(line_plot_svg(["v1-Experimental-WMW", "v2-Experimental-WMW"],
+                               {"A_Really_Wide_Series_Name_WWW": [0.2, 0.4]}, title="long labels"))
+    wide = "Set TOOLS.SURFACE_FORMS.FUZZY_THRESHOLD to 90 — MWMWMW @@@ %%% wwwmmm " * 2
+    lineage = lineage_svg([_info("v1", None, "seed"), _info("v2", "v1", "set few_shot to 2"),
+                           _info("v3", "v2", wide), _info("v4", "v1", "set tools.surface_forms.fuzzy_threshold to 90"),
+                           _info("v5", "v4", "enable rule verify_nonempty")], {"best": "v3", "deployed": "v3"})
+    page = tmp_path / "svg.html"
+    page.write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8">{style.group(0)}</head><body>'
+                    f'{"".join(plots)}{lineage}{_SVG_PROBE}</body></html>', encoding="utf-8")
+    run = _chromium(["--virtual-time-budget=3000", "--window-size=1500,1200", "--dump-dom", page.as_uri()],
+                    tmp_path / "profile")
+    assert run.returncode == 0, run.stderr[-2000:]
+    match = re.search(r'data-probe="([^"]+)"', run.stdout)
+    assert match, "the layout probe did not run"
+    probe = json.loads(html.unescape(match.group(1)))
+    assert len(probe) == 5
+    for svg in probe:
+        assert svg["outside"] == [] and svg["crowded"] == [], svg
+    assert [svg["ticks"] for svg in probe[:3]] == [31, 70, probe[2]["ticks"]] and 15 < probe[2]["ticks"] < 300
+    # the lineage is as wide as its widest label needs, give or take a generous margin
+    lin = probe[4]
+    assert lin["labelRight"] > 700 and lin["width"] - lin["labelRight"] < 0.35 * lin["labelRight"]
