@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from jinja2 import Environment, meta
 
+from worker_agent import spec as spec_module
 from worker_agent.kg import KGError, open_kg
 from worker_agent.spec import (
     ENFORCEMENTS,
@@ -192,6 +195,46 @@ def test_llm_agent_needs_model_and_prompts() -> None:
     assert minimal.rules == [] and minimal.config.tools.surface_forms.k == 10
 
 
+def with_model(model: str, strategy: str = "llm_agent") -> dict[str, str]:
+    """Seed files with the model section replaced (one flow mapping) and the strategy set."""
+    agent = re.sub(r"(?m)^model:.*\n(?:  .*\n)+", f"model: {model}\n", seed_files()["agent.yaml"])
+    return with_file("agent.yaml", agent.replace("strategy: offline", f"strategy: {strategy}"))
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("{provider: openai, name: gpt-4o-mini, temprature: 0}", "model.temprature: Extra inputs are not permitted"),
+        ("{provider: opnai, name: gpt-4o-mini}",
+         "model.provider: Input should be 'openai', 'anthropic' or 'scripted'"),
+        ("{provider: openai}", "model.name: Field required"),
+        ("{provider: openai, name: m, temperature: 9}", "model.temperature: Input should be less than or equal to 2"),
+        ("{provider: openai, name: m, script: [{content: hi}]}", "model: script is only allowed with provider"),
+        ("{provider: scripted, name: s, script: [{content: hi, bogus: 1}]}",
+         "model.script[0].bogus: Extra inputs are not permitted"),
+    ],
+)
+def test_model_section_validated_at_load(model: str, expected: str) -> None:
+    for strategy in ("llm_agent", "offline"):  # a present section is checked whatever the strategy
+        with pytest.raises(SpecError) as info:
+            validate_spec_files(with_model(model, strategy), origin="v3")
+        assert str(info.value).startswith(f"v3/agent.yaml: {expected}")
+        assert info.value.file == "v3/agent.yaml"
+
+
+def test_model_validation_needs_no_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "T2S_SPEC_TEST_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    for model in ("{provider: openai, name: gpt-4o-mini}", "{provider: anthropic, name: claude-haiku-4-5}",
+                  "{provider: openai, name: m, api_key: '${T2S_SPEC_TEST_KEY}', base_url: 'http://localhost:8000/v1'}"):
+        spec = AgentSpec.from_files(with_model(model))
+        assert spec.config.strategy == "llm_agent" and isinstance(spec.config.model, dict)
+    # A literal key is rejected by ModelConfig, without echoing it.
+    with pytest.raises(SpecError, match=r"^agent\.yaml: model\.api_key: must be a \$\{ENV_VAR\} reference") as info:
+        AgentSpec.from_files(with_model("{provider: openai, name: m, api_key: sk-secret-123}"))
+    assert "sk-secret-123" not in str(info.value)
+
+
 def test_bad_yaml_names_line() -> None:
     with pytest.raises(SpecError) as info:
         AgentSpec.from_files(with_file("agent.yaml", "name: seed\nstrategy: [offline\nfew_shot: 1\n"))
@@ -274,11 +317,38 @@ def test_prompt_syntax_error_names_line() -> None:
         AgentSpec.from_files(with_file("prompts/repair.j2", "{# v #}\n{{ question }\n{{ sparql }}\n"))
 
 
-def test_extra_prompt_can_be_included() -> None:
-    files = {**seed_files(), "prompts/tips.j2": "Tip for {{ question }}.",
-             "prompts/repair.j2": "{% include 'tips.j2' %} {{ sparql }} {{ problem }} {{ preview }}"}
-    spec = AgentSpec.from_files(files)
-    assert spec.render("repair", question="Q", sparql="S", problem="P", preview="") == "Tip for Q. S P "
+@pytest.mark.parametrize(
+    ("template", "line", "tag"),
+    [
+        ("{{ sparql }} {{ problem }} {{ preview }}\n{% include 'tips.j2' %}", 2, "{% include %}"),
+        ("{% include 'missing.j2' ignore missing %}{{ sparql }}", 1, "{% include %}"),
+        ("{# m #}\n\n{% import 'macros.j2' as m %}{{ m.tip() }}", 3, "{% import %}"),
+        ("{% if sparql %}\n{% from 'macros.j2' import tip %}{{ tip() }}\n{% endif %}", 2, "{% from ... import %}"),
+        ("{% extends 'base.j2' %}", 1, "{% extends %}"),
+    ],
+)
+def test_prompts_must_be_self_contained(template: str, line: int, tag: str) -> None:
+    # Even when the named template exists, an include could need variables the strategy does not
+    # pass (here `undefined_here`), which would only fail at render time.
+    files = {**seed_files(), "prompts/tips.j2": "Tip: {{ undefined_here }}",
+             "prompts/macros.j2": "{% macro tip() %}{{ undefined_here }}{% endmacro %}",
+             "prompts/base.j2": "{{ undefined_here }}", "prompts/repair.j2": template}
+    with pytest.raises(SpecError) as info:
+        validate_spec_files(files, origin="v4")
+    assert str(info.value) == (f"v4/prompts/repair.j2:{line}: {tag} not allowed: prompts are self-contained "
+                               "(use a {% macro %} in the same file)")
+    assert info.value.line == line
+
+
+def test_macros_within_one_prompt_are_fine() -> None:
+    template = ("{% macro row(label, value) %}{{ label }}={{ value }}{% endmacro %}"
+                "{{ row('q', sparql) }} {{ row('p', problem) }}{{ preview }}")
+    extra = "An extra prompt, rendered only by name: {{ anything }}"
+    spec = AgentSpec.from_files({**seed_files(), "prompts/repair.j2": template, "prompts/extra.j2": extra})
+    assert spec.render("repair", question="Q", sparql="S", problem="P", preview="") == "q=S p=P"
+    assert spec.render("extra", anything="x").endswith("by name: x")
+    with pytest.raises(SpecError, match=r"^prompts/extra\.j2: missing variables: anything$"):
+        spec.render("extra")
 
 
 def test_prompts_are_sandboxed() -> None:
@@ -410,7 +480,7 @@ def test_enforced_queries_run_on_a_real_store(seed: AgentSpec, tmp_path: Path) -
         ("def postprocess_query(q):\n    return eval(q)\n", r"^hooks\.py:2: name 'eval' not allowed"),
         ("def postprocess_query(q):\n    return getattr(q, 'upper')()\n", r"name 'getattr' not allowed"),
         ("def postprocess_query(q):\n    while True:\n        pass\n", r"^hooks\.py:2: while loops not allowed"),
-        ("class A:\n    pass\n", r"^hooks\.py:1: top-level statements must be"),
+        ("class A:\n    pass\n", r"^hooks\.py:1: module-level code may only be imports, function definitions"),
         ("def postprocess_query(q):\n    class A:\n        pass\n    return q\n", r"^hooks\.py:2: class definitions"),
         ("def postprocess_query(q):\n    return (x for x in q).gi_frame\n", r"attribute '\.gi_frame' not allowed"),
         ("def postprocess_query(q):\n    q.upper = 1\n    return q\n", r"^hooks\.py:2: assigning attribute"),
@@ -484,8 +554,207 @@ def test_runtime_escapes_are_closed() -> None:
     with pytest.raises(HookError, match="AttributeError"):
         spec.hook("postprocess_query")("x")
     spec = spec_with_hooks("def postprocess_query(q):\n    return postprocess_query(q)\n")
-    with pytest.raises(HookError, match="RecursionError"):
+    with pytest.raises(HookError, match=r"^hooks\.py:1: hook postprocess_query exceeded the call depth limit"):
         spec.hook("postprocess_query")("x")
+
+
+@pytest.mark.parametrize(
+    ("source", "line"),
+    [
+        ("_X = sum(range(10**12))\n", 1),
+        ("_X = 'x' * 10**12\n", 1),
+        ("import re\n_N = 3\n_P = re.compile('a' * 10**9)\n", 3),
+        ("import re\n_S = 'a+'\n_P = re.compile(_S)\n", 3),
+        ("import re\n_P = re.compile('a', flags=len('x' * 10**9))\n", 2),
+        ("_X = [0]\n_X[len('x' * 10**9)] = 1\n", 2),
+        ("_X = [n for n in range(10**12)]\n", 1),
+        ("_F = lambda q: q\n", 1),
+        ("for _ in range(10**12):\n    pass\n", 1),
+        ("if True:\n    _X = 1\n", 1),
+        ("import json\njson.dumps(1)\n", 2),
+        ("_X: sum(range(10**12)) = 1\n", 1),
+        ("def postprocess_query(q, _n=sum(range(10**12))):\n    return q\n", 1),
+        ("def postprocess_query(q: sum(range(10**12))):\n    return q\n", 1),
+        ('"""Doc."""\n\ndef postprocess_query(q) -> len("x" * 10**9):\n    return q\n', 3),
+    ],
+)
+def test_module_level_code_is_literal_only(source: str, line: int) -> None:
+    with pytest.raises(SpecError) as info:
+        validate_spec_files(with_file("hooks.py", source), origin="v5")
+    assert str(info.value).startswith(f"v5/hooks.py:{line}: module-level code may only be imports, function "
+                                      "definitions, docstrings and assignments of literals or re.compile(")
+    assert info.value.line == line
+
+
+def test_module_level_literals_and_compiled_patterns_load() -> None:
+    source = (
+        '"""Docstring."""\n'
+        "import re\n"
+        "import re as regex\n"
+        "_LIMIT = -3\n"
+        "_A, _B = 'a', b'b'\n"
+        "_TABLE: dict = {'x': (1, 2.5, None), 'y': [True, {'z'}]}\n"
+        "_P = re.compile(r'^\\s*(select|ask)\\b', re.IGNORECASE | re.DOTALL)\n"
+        "_Q = regex.compile('x+', flags=regex.M)\n"
+        "_R = re.compile(b'y', 2)\n"
+        '"""A later string constant."""\n'
+        "\n"
+        "def postprocess_query(sparql: str, /) -> str | None:\n"
+        "    return _P.sub(lambda m: m.group(1).upper(), sparql) + str(_LIMIT + _TABLE['x'][0])\n"
+        "\n"
+        "def format_tool_result(tool_name: str, result: list[dict] = None) -> str:\n"
+        "    return tool_name + _A\n"
+    )
+    spec = spec_with_hooks(source)
+    assert spec.hook("postprocess_query")("  select ?x {}") == "SELECT ?x {}-2"
+    assert spec.hook("format_tool_result")("ontology", []) == "ontologya"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("    try:\n        return q\n    except:\n        return q\n", r"^hooks\.py:5: bare 'except:' not allowed"),
+        ("    try:\n        return q\n    finally:\n        pass\n", r"^hooks\.py:3: 'try \.\.\. finally' not allowed"),
+    ],
+)
+def test_hooks_cannot_outlive_the_limits_statically(body: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        spec_with_hooks("import re\ndef postprocess_query(q):\n" + body)
+
+
+def test_endless_loop_stops_at_the_line_budget() -> None:
+    # The review's case, with the shipped limits: it must end in well under the wall-clock limit.
+    spec = spec_with_hooks("def postprocess_query(q):\n    for _ in (0 for _a in range(10**6) for _b in range(10**6)):\n        pass\n    return q\n")
+    start = time.perf_counter()
+    with pytest.raises(HookError, match=r"^hooks\.py:[23]: hook postprocess_query exceeded the line budget "
+                                        r"\(2,000,000 Python lines per call\)$"):
+        spec.hook("postprocess_query")("x")
+    assert time.perf_counter() - start < spec_module.HOOK_TIMEOUT_S
+
+
+def test_line_budget_counts_lines_of_every_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spec_module, "HOOK_LINE_BUDGET", 5_000)
+    source = (
+        "def _twice(c):\n"
+        "    return c + c\n"
+        "\n"
+        "def postprocess_query(q):\n"
+        "    n = int(q)\n"
+        "    return str(len(''.join(map(lambda c: _twice(c), 'x' * n))))\n"
+    )
+    hook = spec_with_hooks(source).hook("postprocess_query")
+    assert hook("1000") == "2000"  # about 2,000 lines: under the budget
+    with pytest.raises(HookError, match=r"exceeded the line budget \(5,000 Python lines per call\)"):
+        hook("3000")  # single-line lambdas and helpers count too
+    # One-line comprehensions count every iteration (a backward jump is a line event).
+    with pytest.raises(HookError, match="line budget"):
+        spec_with_hooks("def postprocess_query(q):\n    return str(sum(1 for _ in (0 for _a in range(10**6) for _b in range(10**6))))\n") \
+            .hook("postprocess_query")("x")
+
+
+def test_hooks_cannot_swallow_the_limits() -> None:
+    source = (
+        "def _deep(n):\n"
+        "    try:\n"
+        "        return _deep(n + 1)\n"
+        "    except Exception:\n"
+        "        return _deep(n + 1)\n"
+        "\n"
+        "def _spin():\n"
+        "    for _ in (0 for _a in range(10**6) for _b in range(10**6)):\n"
+        "        pass\n"
+        "\n"
+        "def postprocess_query(q):\n"
+        "    try:\n"
+        "        _deep(0) if q == 'deep' else _spin()\n"
+        "    except Exception:\n"
+        "        pass\n"
+        "    for _ in (0 for _a in range(10**6) for _b in range(10**6)):\n"
+        "        pass\n"
+        "    return 'swallowed'\n"
+    )
+    hook = spec_with_hooks(source).hook("postprocess_query")
+    start = time.perf_counter()
+    with pytest.raises(HookError, match=r"^hooks\.py:1: hook postprocess_query exceeded the call depth limit "
+                                        r"\(200 nested calls\)$"):
+        hook("deep")  # stopped before a RecursionError could switch the trace function off
+    with pytest.raises(HookError, match=r"^hooks\.py:[89]: hook postprocess_query exceeded the line budget"):
+        hook("spin")
+    assert time.perf_counter() - start < 2 * spec_module.HOOK_TIMEOUT_S
+
+
+def _hook_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "spec-hook"]
+
+
+def test_wall_clock_limit_abandons_slow_call_and_stops_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spec_module, "HOOK_TIMEOUT_S", 0.3)
+    # Few lines (well under the budget), each a few milliseconds of C work: only the clock stops it.
+    source = ("def postprocess_query(q):\n"
+              "    for _ in range(10**6):\n"
+              "        _x = sorted(range(100000), reverse=True)\n"
+              "    return q\n")
+    spec = spec_with_hooks(source)
+    start = time.perf_counter()
+    with pytest.raises(HookError, match=r"^hooks\.py: hook postprocess_query exceeded 0\.3 s$"):
+        spec.hook("postprocess_query")("x")
+    assert time.perf_counter() - start < 1.5
+    # The abandoned worker (in no pool) stops at its next line instead of running on.
+    deadline = time.perf_counter() + 2
+    while len(_hook_threads()) > len(spec_module._idle_threads) and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    assert len(_hook_threads()) == len(spec_module._idle_threads)
+    # Later calls get a fresh worker and work normally.
+    fast = spec_with_hooks("def postprocess_query(q):\n    return q.upper()\n").hook("postprocess_query")
+    assert fast("ask {}") == "ASK {}"
+
+
+def test_limited_calls_are_cheap_and_thread_safe(seed: AgentSpec) -> None:
+    post = seed.hook("postprocess_query")
+    fenced = "Here:\n```sparql\nSELECT ?x WHERE { ?x ?p ?o }\n```\n"
+    post(fenced)
+    start = time.perf_counter()
+    for _ in range(300):
+        assert post(fenced) == "SELECT ?x WHERE { ?x ?p ?o }"
+    # Generous bound (measured ~70 us per call): the guard must not cost milliseconds per call.
+    assert (time.perf_counter() - start) / 300 < 0.002
+    results: list[str] = []
+
+    def worker(i: int) -> None:
+        results.extend(post(f"```sparql\nASK {{ <x:{i}> ?p ?o }}\n```") for _ in range(20))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == sorted(f"ASK {{ <x:{i}> ?p ?o }}" for i in range(8) for _ in range(20))
+    assert len(_hook_threads()) <= 8  # idle workers are reused, not piled up
+
+
+def test_runaway_hook_ends_one_question_and_the_run_goes_on(tmp_path: Path) -> None:
+    from worker_agent.agent import WorkerAgent
+    from worker_agent.kg import OxigraphKG
+    from worker_agent.strategies import StrategyResult
+
+    class Fixed:
+        def answer(self, question: str, trace: object, *, lang: str | None = None,
+                   deadline: float | None = None) -> StrategyResult:
+            return StrategyResult(question, "answered")
+
+    ttl = tmp_path / "kg.ttl"
+    ttl.write_text("<http://example.org/a> <http://example.org/p> <http://example.org/b> .\n")
+    source = ("def postprocess_query(q):\n"
+              "    if 'loop' in q:\n"
+              "        for _ in (0 for _a in range(10**6) for _b in range(10**6)):\n"
+              "            pass\n"
+              "    return q\n")
+    agent = WorkerAgent(spec_with_hooks(source), OxigraphKG([ttl]), [])
+    agent.strategy = Fixed()
+    looping = agent.ask("ASK { ?s ?p ?o } # loop")
+    assert looping.status == "tool_error" and "exceeded the line budget" in looping.detail
+    fine = agent.ask("ASK { ?s ?p ?o }")
+    assert fine.status == "answered" and fine.query is not None and fine.query.startswith("ASK")
 
 
 # ------------------------------------------------------------------ features and round trip
@@ -530,3 +799,18 @@ def test_from_files_round_trip(seed: AgentSpec, tmp_path: Path) -> None:
     files["prompts/system.j2"] = "{{ tools }"
     with pytest.raises(SpecError, match=r"^v1@abc1234/prompts/system\.j2:1: template syntax error"):
         AgentSpec.from_files(files, origin="v1@abc1234")
+
+
+@pytest.mark.parametrize("body", [
+    "    return str(sum(range(10**12)))",
+    "    return str(max(map(abs, range(10**12))))",
+    "    import re\n    return str(re.match('(a+)+$', 'a' * 40 + 'b'))",
+])
+def test_uninterruptible_c_level_work_is_refused_fast(body: str) -> None:
+    """Work done inside one C call can't be stopped by the line budget or the time limit (it never
+    releases the GIL), so hooks get a bounded range and regexes without nested quantifiers."""
+    spec = spec_with_hooks(f"def postprocess_query(sparql):\n{body}\n")
+    started = time.perf_counter()
+    with pytest.raises(HookError):
+        spec.hook("postprocess_query")("SELECT * WHERE { ?s ?p ?o }")
+    assert time.perf_counter() - started < 1.0

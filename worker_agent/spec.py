@@ -4,7 +4,8 @@ A spec is a directory (or the same files at a git revision)::
 
     agent.yaml        AgentConfig: strategy, model, knobs, tools (unknown fields rejected)
     rules.yaml        list of Rule: id, text shown to the model, enabled, optional enforcement
-    prompts/*.j2      Jinja2 templates rendered with StrictUndefined in a sandbox
+    prompts/*.j2      self-contained Jinja2 templates (no include/import/extends), rendered with
+                      StrictUndefined in a sandbox
     hooks.py          optional wiring code, run restricted (see "Hooks" below)
 
 Loading validates everything up front, so a candidate that loads is one the strategies can run;
@@ -19,7 +20,12 @@ Hooks are small functions the strategies call (``format_tool_result``, ``postpro
 They are checked against an AST allow-list and executed with a whitelist of builtins and a few
 pure modules. This guards against accidental side effects and the usual escapes (dunder
 attributes, frame objects, format-string attribute lookup); it is not a hardened sandbox, and
-hooks remain reviewed code in git.
+hooks remain reviewed code in git. Module-level code is limited to imports, function definitions,
+docstrings and assignments of literals or ``re.compile(<literal>)``, so loading does bounded work.
+Nothing guarantees that a hook *call* finishes, so each call runs under limits (see
+``HOOK_LINE_BUDGET``, ``HOOK_MAX_DEPTH``, ``HOOK_TIMEOUT_S``) and breaking one raises HookError.
+One C-level call that holds the GIL (a catastrophically backtracking regex, ``sum(range(10**12))``)
+cannot be interrupted in-process: the caller only gets control back when that call returns.
 """
 
 from __future__ import annotations
@@ -27,7 +33,10 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib
+import queue
 import re
+import sys
+import threading
 import traceback
 import types
 from collections import defaultdict
@@ -43,6 +52,7 @@ from jinja2 import (
     TemplateError,
     TemplateSyntaxError,
     meta,
+    nodes,
 )
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import (
@@ -59,7 +69,10 @@ from worker_agent.kg import add_missing_prefixes
 
 __all__ = [
     "ENFORCEMENTS",
+    "HOOK_LINE_BUDGET",
+    "HOOK_MAX_DEPTH",
     "HOOK_SIGNATURES",
+    "HOOK_TIMEOUT_S",
     "PROMPT_VARIABLES",
     "SPEC_PROVIDED_VARIABLES",
     "AgentConfig",
@@ -108,7 +121,8 @@ class SpecError(Exception):
 
 
 class HookError(Exception):
-    """A hook raised or returned the wrong type at call time (strategies report ``tool_error``)."""
+    """A hook raised, returned the wrong type or broke a limit at call time (strategies report
+    ``tool_error``)."""
 
     def __init__(self, message: str):
         super().__init__(_one_line(message))
@@ -203,10 +217,10 @@ class AgentConfig(_Config):
         description="How a question becomes a query: 'offline' (deterministic, no LLM) or "
         "'llm_agent' (tool-calling LLM loop)."
     )
-    # Kept as a plain mapping: worker_agent/llm.py validates it (ModelConfig) when the model is
-    # built, so the spec does not depend on provider details and offline specs can keep one.
+    # Kept as a plain mapping (features stay flat, offline specs may keep one), but checked
+    # against worker_agent.llm.ModelConfig at load: see _check_model.
     model: dict[str, Any] | None = Field(
-default=None, description="Model settings for llm_agent (provider, name, ...), validated by worker_agent.llm."
+default=None, description="Model settings for llm_agent (provider, name, ...): a worker_agent.llm.ModelConfig."
     )
     few_shot: int = Field(
 default=1, ge=0, le=50,
@@ -290,16 +304,18 @@ def _loc(loc: tuple[Any, ...]) -> str:
 
 
 def _validation_error(label: str, exc: ValidationError, prefix: str = "") -> SpecError:
+    def where(loc: tuple[Any, ...]) -> str:
+        field = _loc(loc)
+        if prefix:
+            return f"{prefix}{'' if field.startswith('[') else '.'}{field}" if field else prefix
+        return field
+
     errors = exc.errors()
-    first = errors[0]
-    message = first["msg"].removeprefix("Value error, ")
-    field = _loc(first["loc"])
-    if prefix:
-        field = f"{prefix}.{field}" if field else prefix
+    message = errors[0]["msg"].removeprefix("Value error, ")
     if len(errors) > 1:
-        others = ", ".join(_loc(e["loc"]) or "(root)" for e in errors[1:4])
+        others = ", ".join(where(e["loc"]) or "(root)" for e in errors[1:4])
         message += f" (and {len(errors) - 1} more: {others})"
-    return SpecError(label, message, field=field or None)
+    return SpecError(label, message, field=where(errors[0]["loc"]) or None)
 
 
 def _parse_config(text: str, label: str) -> AgentConfig:
@@ -307,9 +323,24 @@ def _parse_config(text: str, label: str) -> AgentConfig:
     if not isinstance(data, dict):
         raise SpecError(label, f"expected a mapping of fields, got {type(data).__name__}")
     try:
-        return AgentConfig.model_validate(data)
+        config = AgentConfig.model_validate(data)
     except ValidationError as exc:
         raise _validation_error(label, exc) from None
+    if config.model is not None:
+        _check_model(config.model, label)
+    return config
+
+
+def _check_model(model: dict[str, Any], label: str) -> None:
+    """Validate the model section as worker_agent.llm.ModelConfig, so a misspelled field fails at
+    load naming the file. Structure only: ModelConfig keeps api_key as a ``${ENV}`` reference
+    (make_model resolves it), so the key need not be set here."""
+    from worker_agent.llm import ModelConfig  # lazy: the LLM module is not needed to load a spec
+
+    try:
+        ModelConfig.model_validate(model)
+    except ValidationError as exc:
+        raise _validation_error(label, exc, prefix="model") from None
 
 
 def _parse_rules(text: str, label: str) -> list[Rule]:
@@ -364,8 +395,23 @@ def _traceback_line(tb: types.TracebackType | None, filename: str) -> int | None
     return line
 
 
+# Prompts are self-contained: a template pulled in by name could be missing or need variables
+# the strategy does not pass, and that would surface only at render time.
+_CROSS_TEMPLATE_TAGS: dict[type[nodes.Node], str] = {
+    nodes.Include: "{% include %}", nodes.Import: "{% import %}",
+    nodes.FromImport: "{% from ... import %}", nodes.Extends: "{% extends %}",
+}
+
+
+def _check_self_contained(tree: nodes.Template, path: str) -> None:
+    node = next(tree.find_all(tuple(_CROSS_TEMPLATE_TAGS)), None)
+    if node is not None:
+        raise SpecError(path, f"{_CROSS_TEMPLATE_TAGS[type(node)]} not allowed: prompts are "
+                        "self-contained (use a {% macro %} in the same file)", line=node.lineno)
+
+
 class _Prompts:
-    """Compiled templates of one spec; templates may include each other by file name."""
+    """Compiled templates of one spec, each self-contained."""
 
     def __init__(self, sources: Mapping[str, str], label: Callable[[str], str]):
         self._label = label
@@ -383,16 +429,19 @@ class _Prompts:
         for name, source in sorted(self._sources.items()):
             path = self._label(f"prompts/{name}.j2")
             try:
-                self.variables[name] = frozenset(meta.find_undeclared_variables(self._env.parse(source)))
-                self.templates[name] = self._env.get_template(f"{name}.j2")
+                tree = self._env.parse(source)
             except TemplateSyntaxError as exc:
                 raise SpecError(path, f"template syntax error: {exc.message}", line=exc.lineno) from None
+            _check_self_contained(tree, path)
+            self.variables[name] = frozenset(meta.find_undeclared_variables(tree))
+            self.templates[name] = self._env.get_template(f"{name}.j2")
 
     def _load(self, template_name: str) -> tuple[str, str, Callable[[], bool]] | None:
+        # Only get_template in __init__ uses the loader (include/import/extends are rejected): the
+        # label as file name makes Jinja's tracebacks point at the spec file and line.
         name = template_name.removesuffix(".j2")
         if name not in self._sources:
             return None
-        # The label as file name makes Jinja's tracebacks point at the spec file and line.
         return self._sources[name], self._label(f"prompts/{name}.j2"), lambda: True
 
     def render(self, name: str, context: dict[str, Any]) -> str:
@@ -449,14 +498,16 @@ _ALLOWED_NODES: tuple[type[ast.AST], ...] = (
     ast.Subscript, ast.Starred, ast.Name, ast.List, ast.Tuple, ast.Slice,
     ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop,
 )
-# Friendlier names for what people most often try; `while` is excluded so hooks always terminate
-# on finite inputs, classes/global/with because wiring code needs none of them.
+# Friendlier names for what people most often try; wiring code needs none of them. Excluding
+# `while` does not make hooks terminate (`for _ in range(10**12)` does not): the call limits do.
 _NODE_NAMES = {
     ast.While: "while loops", ast.ClassDef: "class definitions", ast.Global: "global statements",
     ast.Nonlocal: "nonlocal statements", ast.With: "with statements", ast.AsyncFunctionDef:
     "async functions", ast.Yield: "yield", ast.YieldFrom: "yield", ast.Await: "await",
 }
-_TOP_LEVEL = (ast.FunctionDef, ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign)
+_MODULE_LEVEL_TEXT = ("module-level code may only be imports, function definitions, docstrings and "
+                      "assignments of literals or re.compile(<literal>[, <re flags>]) (it runs at load, "
+                      "outside the call limits)")
 
 
 def _bound_names(tree: ast.Module) -> set[str]:
@@ -507,14 +558,102 @@ def _check_node(node: ast.AST, label: str) -> None:
         raise SpecError(label, f"parameter name {node.arg!r} not allowed in hooks", line=line)
     elif isinstance(node, ast.FunctionDef) and node.decorator_list:
         raise SpecError(label, "decorators not allowed in hooks", line=line)
+    # The call limits stop a hook with an exception outside the Exception hierarchy; a bare except
+    # could catch it and a finally clause would run after it, both beyond the limits' reach.
+    elif isinstance(node, ast.ExceptHandler) and node.type is None:
+        raise SpecError(label, "bare 'except:' not allowed in hooks (name the exception, e.g. "
+                        "'except Exception:')", line=line)
+    elif isinstance(node, ast.Try) and node.finalbody:
+        raise SpecError(label, "'try ... finally' not allowed in hooks", line=line)
+
+
+def _is_literal(node: ast.expr | None) -> bool:
+    """What ast.literal_eval accepts, minus arithmetic (`'x' * 10**12` is an expression)."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, (int, float, complex))
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return all(_is_literal(item) for item in node.elts)
+    if isinstance(node, ast.Dict):
+        return all(key is not None and _is_literal(key) for key in node.keys) and all(map(_is_literal, node.values))
+    return False
+
+
+def _is_re_flags(node: ast.expr, re_names: set[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, int)
+    if isinstance(node, ast.Attribute):
+        return isinstance(node.value, ast.Name) and node.value.id in re_names and node.attr.isupper()
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _is_re_flags(node.left, re_names) and _is_re_flags(node.right, re_names)
+    return False
+
+
+def _is_re_compile(node: ast.expr, re_names: set[str]) -> bool:
+    """`re.compile(<str literal>[, <flags>])` with flags like `re.I | re.DOTALL` or an int."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "compile"
+            and isinstance(node.func.value, ast.Name) and node.func.value.id in re_names):
+        return False
+    flags = [*node.args[1:], *(k.value for k in node.keywords if k.arg == "flags")]
+    return (len(node.args) in (1, 2) and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, (str, bytes))
+            and all(k.arg == "flags" for k in node.keywords) and len(flags) <= 1
+            and all(_is_re_flags(flag, re_names) for flag in flags))
+
+
+def _is_annotation(node: ast.expr | None) -> bool:
+    """Annotations are evaluated at definition time: names, attributes, subscripts, `X | None`."""
+    if node is None or isinstance(node, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(node, ast.Attribute):
+        return _is_annotation(node.value)
+    if isinstance(node, ast.Subscript):
+        return _is_annotation(node.value) and _is_annotation(node.slice)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(map(_is_annotation, node.elts))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _is_annotation(node.left) and _is_annotation(node.right)
+    return False
+
+
+def _is_name_target(node: ast.expr) -> bool:
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(map(_is_name_target, node.elts))
+    return isinstance(node, ast.Name)
+
+
+def _module_level_offender(stmt: ast.stmt, re_names: set[str]) -> ast.AST | None:
+    """The part of a module-level statement that would run unbounded code at load, if any."""
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return None
+    if isinstance(stmt, ast.Expr):  # docstrings and other string constants
+        return None if isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str) else stmt
+    if isinstance(stmt, ast.FunctionDef):  # defaults and annotations are evaluated by `def`
+        a = stmt.args
+        defaults = [d for d in (*a.defaults, *a.kw_defaults) if d is not None]
+        annotations = [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+                       if x is not None] + [stmt.returns]
+        bad = [d for d in defaults if not _is_literal(d)] + [x for x in annotations if not _is_annotation(x)]
+        return bad[0] if bad else None
+    if isinstance(stmt, ast.Assign):
+        targets_ok = all(map(_is_name_target, stmt.targets))
+        value_ok = _is_literal(stmt.value) or _is_re_compile(stmt.value, re_names)
+        return None if targets_ok and value_ok else stmt
+    if isinstance(stmt, ast.AnnAssign):
+        value_ok = stmt.value is None or _is_literal(stmt.value) or _is_re_compile(stmt.value, re_names)
+        ok = isinstance(stmt.target, ast.Name) and _is_annotation(stmt.annotation) and value_ok
+        return None if ok else stmt
+    return stmt
 
 
 def _check_top_level(tree: ast.Module, label: str) -> None:
-    for index, stmt in enumerate(tree.body):
-        is_docstring = index == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
-        if not (is_docstring or isinstance(stmt, _TOP_LEVEL)):
-            raise SpecError(label, "top-level statements must be imports, assignments or function "
-                            "definitions", line=stmt.lineno)
+    re_names = {alias.asname or alias.name for stmt in tree.body if isinstance(stmt, ast.Import)
+                for alias in stmt.names if alias.name == "re"}
+    for stmt in tree.body:
+        offender = _module_level_offender(stmt, re_names)
+        if offender is not None:
+            raise SpecError(label, _MODULE_LEVEL_TEXT, line=getattr(offender, "lineno", stmt.lineno))
         if not isinstance(stmt, ast.FunctionDef) or stmt.name.startswith("_"):
             continue
         if stmt.name not in HOOK_SIGNATURES:
@@ -544,6 +683,33 @@ def _check_hooks_source(source: str, label: str) -> ast.Module:
     return tree
 
 
+#: Elements a hook's ``range`` may produce: bounds C-level loops (``sum(range(10**12))``) that
+#: neither the line budget nor the time limit can stop, since they never yield the GIL.
+HOOK_MAX_RANGE = 1_000_000
+
+# A group that repeats something repeatable, repeated again: `(a+)+`, `(\w*\s?)*`, `(x+){2,}`.
+# Such patterns backtrack exponentially in Python's regex engine (C code, uninterruptible).
+_NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}](?:[^()\\]|\\.)*\)[+*{]")
+_RE_PATTERN_FUNCS = ("compile", "match", "fullmatch", "search", "sub", "subn", "split", "findall", "finditer")
+
+
+def _bounded_range(*args: int) -> range:
+    r = range(*args)
+    if len(r) > HOOK_MAX_RANGE:
+        raise ValueError(f"range of {len(r):,} elements is too large for a hook (max {HOOK_MAX_RANGE:,})")
+    return r
+
+
+def _checked_pattern(func: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(pattern: Any, *args: Any, **kwargs: Any) -> Any:
+        text = pattern.pattern if hasattr(pattern, "pattern") else pattern
+        if isinstance(text, str) and _NESTED_QUANTIFIER.search(text):
+            raise ValueError(f"regular expression {text!r} nests quantifiers (catastrophic backtracking)")
+        return func(pattern, *args, **kwargs)
+
+    return wrapper
+
+
 def _module_proxy(name: str) -> types.SimpleNamespace:
     """A module's public, non-module attributes: `json.codecs.open` and the like stay out of reach."""
     module = importlib.import_module(name)
@@ -553,6 +719,8 @@ def _module_proxy(name: str) -> types.SimpleNamespace:
         for attr, value in vars(module).items()
         if not attr.startswith("_") and attr not in excluded and not isinstance(value, types.ModuleType)
     }
+    if name == "re":
+        public.update({f: _checked_pattern(getattr(module, f)) for f in _RE_PATTERN_FUNCS if f in public})
     return types.SimpleNamespace(**public)
 
 
@@ -568,6 +736,7 @@ def _restricted_builtins() -> dict[str, Any]:
     import builtins
 
     table = {name: getattr(builtins, name) for name in _SAFE_BUILTINS}
+    table["range"] = _bounded_range
     table["__import__"] = _restricted_import
     return table
 
@@ -583,12 +752,145 @@ def _load_hooks(source: str, label: str) -> dict[str, Callable[..., Any]]:
     return {name: namespace[name] for name in HOOK_SIGNATURES if callable(namespace.get(name))}
 
 
+# ---- call limits
+
+#: Python lines one hook call may execute, counted by a trace function. Wiring code runs a few
+#: hundred; a runaway loop reaches the budget within about a second.
+HOOK_LINE_BUDGET = 2_000_000
+#: Nested Python calls one hook call may make. Kept well under the interpreter's recursion limit:
+#: a RecursionError raised inside the trace function would switch tracing off for good.
+HOOK_MAX_DEPTH = 200
+#: Wall-clock limit of one hook call, in seconds (slow lines that stay under the line budget).
+HOOK_TIMEOUT_S = 2.0
+_MAX_IDLE_THREADS = 8
+
+
+class _HookLimit(BaseException):
+    """Raised by the trace function. Not an Exception, so a hook's `except Exception` cannot catch
+    it (bare except and finally are rejected statically for the same reason)."""
+
+
+class _HookTimeout(Exception):
+    """The caller stopped waiting for a hook call (HOOK_TIMEOUT_S)."""
+
+
+class _HookCall:
+    """One hook call handed to a worker thread; ``lock`` decides finished-vs-abandoned once."""
+
+    __slots__ = ("function", "args", "budget", "max_depth", "result", "error", "finished", "cancelled",
+                 "lock", "done")
+
+    def __init__(self, function: Callable[..., Any], args: tuple[Any, ...]):
+        self.function = function
+        self.args = args
+        self.budget = HOOK_LINE_BUDGET
+        self.max_depth = min(HOOK_MAX_DEPTH, sys.getrecursionlimit() // 2)
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.finished = False
+        self.cancelled = False
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+
+def _execute(call: _HookCall) -> None:
+    """Run the call in this thread under a trace function that counts lines and call depth and
+    stops the hook once the caller has given up on it."""
+    lines = depth = 0
+
+    def on_line(frame: types.FrameType, event: str, arg: Any) -> Any:
+        nonlocal lines, depth
+        if event == "line":
+            lines += 1
+            if lines > call.budget:
+                raise _HookLimit(f"exceeded the line budget ({call.budget:,} Python lines per call)")
+            if call.cancelled:
+                raise _HookLimit("abandoned after the wall-clock limit")
+        elif event == "return":
+            depth -= 1
+        return on_line
+
+    def on_call(frame: types.FrameType, event: str, arg: Any) -> Any:
+        nonlocal depth
+        depth += 1
+        if depth > call.max_depth:
+            raise _HookLimit(f"exceeded the call depth limit ({call.max_depth} nested calls)")
+        return on_line
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        call.result = call.function(*call.args)
+    except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+        call.error = exc
+    finally:
+        sys.settrace(previous)
+
+
+class _HookThread:
+    """A reusable daemon worker. Daemon, because an abandoned call stuck in C code must not keep
+    the interpreter from exiting."""
+
+    def __init__(self) -> None:
+        self.inbox: queue.SimpleQueue[_HookCall | None] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="spec-hook", daemon=True).start()
+
+    def _serve(self) -> None:
+        while (call := self.inbox.get()) is not None:
+            _execute(call)
+            with call.lock:
+                call.finished = True
+                abandoned = call.cancelled
+            call.done.set()
+            if abandoned:  # the caller left without this thread; it is in no pool
+                return
+
+
+_idle_threads: list[_HookThread] = []
+_idle_lock = threading.Lock()
+
+
+def _run_limited(function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """Call ``function(*args)`` in a worker thread under the line, depth and wall-clock limits;
+    return its result or raise its exception (a _HookLimit for a broken limit, _HookTimeout)."""
+    with _idle_lock:
+        worker = _idle_threads.pop() if _idle_threads else None
+    worker = worker or _HookThread()
+    call = _HookCall(function, args)
+    worker.inbox.put(call)
+    if not call.done.wait(HOOK_TIMEOUT_S):
+        with call.lock:
+            call.cancelled = not call.finished
+        if call.cancelled:
+            # The worker is abandoned: its Python code stops at the next line (the trace function
+            # sees `cancelled`). A single C call that holds the GIL (a catastrophic regex,
+            # sum(range(10**12))) cannot be interrupted in-process; even this wait only times out
+            # once that call returns. Only running hooks in a subprocess would bound that case.
+            raise _HookTimeout
+    with _idle_lock:
+        if len(_idle_threads) < _MAX_IDLE_THREADS:
+            _idle_threads.append(worker)
+            worker = None
+    if worker is not None:
+        worker.inbox.put(None)
+    if call.error is not None:
+        raise call.error
+    return call.result
+
+
 def _guarded(name: str, function: Callable[..., Any], label: str) -> Callable[..., str]:
-    """Call a hook; any exception or a non-str result becomes a HookError naming hook and line."""
+    """Call a hook under the limits; an exception, a broken limit or a non-str result becomes a
+    HookError naming hook and line (strategies then end the question with ``tool_error``)."""
 
     def call(*args: Any) -> str:
         try:
-            result = function(*args)
+            result = _run_limited(function, args)
+        except _HookTimeout:
+            raise HookError(f"{label}: hook {name} exceeded {HOOK_TIMEOUT_S:g} s") from None
+        except _HookLimit as exc:
+            line = _traceback_line(exc.__traceback__, label)
+            where = f"{label}:{line}" if line else label
+            raise HookError(f"{where}: hook {name} {exc}") from None
         except Exception as exc:
             line = _traceback_line(exc.__traceback__, label)
             where = f"{label}:{line}" if line else label
@@ -853,7 +1155,7 @@ class AgentSpec:
                                 f"missing (strategy {self.config.strategy} needs it)")
         for name, used in self._prompts.variables.items():
             if name not in PROMPT_VARIABLES:
-                continue  # partials and extra prompts get whatever their includer has
+                continue  # extra prompts: render() checks their variables when called
             unknown = used - PROMPT_VARIABLES[name] - SPEC_PROVIDED_VARIABLES
             if unknown:
                 available = sorted(PROMPT_VARIABLES[name] | SPEC_PROVIDED_VARIABLES)
