@@ -24,14 +24,20 @@ def format_tool_result(tool_name, result):
     elif isinstance(result, list):
         if not result:
             return f"{tool_name}: no results"
-        lines = [json.dumps(item, ensure_ascii=False, sort_keys=True, default=str) for item in result[:_MAX_ITEMS]]
-        if len(result) > _MAX_ITEMS:
-            lines.append(f"... {len(result) - _MAX_ITEMS} more not shown")
+        lines, size = [], 0
+        for item in result[:_MAX_ITEMS]:
+            line = json.dumps(item, ensure_ascii=False, sort_keys=True, default=str)
+            if lines and size + len(line) > _MAX_CHARS:  # whole lines only: each stays valid JSON
+                break
+            lines.append(line)
+            size += len(line) + 1
+        if len(result) > len(lines):
+            lines.append(f"... {len(result) - len(lines)} more not shown")
         text = "\n".join(lines)
     else:
-        text = json.dumps(result, ensure_ascii=False, indent=1, sort_keys=True, default=str)
-    if len(text) > _MAX_CHARS:
-        text = text[:_MAX_CHARS] + "\n... (truncated)"
+        # compact: the tools already fit their data to the size limit (dropping rows, never cutting
+        # JSON in half); an indented rendering would overflow it again
+        text = json.dumps(result, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
     return text
 
 
