@@ -6,7 +6,7 @@ spec v1 as shipped and for the same spec with every rule enabled and ``few_shot:
 
 * on the bundled demo dataset (its ``splits.yml``; training split as examples);
 * on CK25 (``researcher.datasets.make_splits(seed=0)``; training split as examples), when
-  ``/work/shared/datasets/ck25`` (or ``--ck25``) exists;
+  ``../shared/datasets/ck25`` next to the repository (or ``--ck25``) exists;
 
 each on the validation and the test split (``--split`` picks), with the time per question.
 ``--show`` prints every question with its outcome.
